@@ -1,0 +1,10 @@
+//! The pure Lyra engine. See `ARCHITECTURE.md` at the repository root.
+//!
+//! This crate does no I/O of its own: workflow sources arrive as strings, providers and the
+//! state store arrive as trait objects, and time and cancellation arrive from the caller.
+
+pub mod provider;
+pub mod schema;
+pub mod state;
+pub mod types;
+pub mod value;

@@ -1,0 +1,128 @@
+//! The `Provider` trait: how the engine reaches the world to create, read, update and delete
+//! resources. Implementations live outside the core (`lyra-providers`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::schema::{ResourceSchema, SchemaRegistry, type_key};
+use crate::value::Map;
+
+/// Who is asking, for a provider operation.
+#[derive(Debug, Clone)]
+pub struct OpContext<'a> {
+    /// The deployment the resource belongs to.
+    pub deployment: &'a str,
+    /// The resource's stable step id within the deployment (e.g. `appServers/1`).
+    pub step_id: &'a str,
+    /// The canonical resource type name from the schema, e.g. `Foobernetes::Instance`.
+    pub type_name: &'a str,
+}
+
+impl OpContext<'_> {
+    /// A key that is the same for every attempt to create this resource: providers that can,
+    /// use it to return an already-made resource instead of making a second one.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}/{}", self.deployment, self.step_id)
+    }
+}
+
+/// What `create` returns.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub external_id: String,
+    /// The actual state, including provided attributes.
+    pub actual: Map,
+}
+
+/// A provider failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The resource does not exist (any more). On `read` prefer returning `Ok(None)`.
+    #[error("{type_name} {external_id} not found")]
+    NotFound { type_name: String, external_id: String },
+    /// The desired state is not acceptable to the provider (a bad value).
+    #[error("invalid value for {attribute}: {message}")]
+    InvalidValue { attribute: String, message: String },
+    /// Anything else: I/O, remote errors.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ProviderError {
+    pub fn other(e: impl std::fmt::Display) -> Self {
+        ProviderError::Other(e.to_string())
+    }
+}
+
+/// A set of resource types and the handlers that manage them.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The resource types this provider manages.
+    fn schemas(&self) -> Vec<ResourceSchema>;
+
+    /// Creates the resource described by `desired`.
+    async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError>;
+
+    /// Reads the actual state. `prior` is the last recorded actual state, for providers whose
+    /// resources live nowhere but in the state. `Ok(None)` means the resource is gone.
+    async fn read(
+        &self,
+        cx: &OpContext<'_>,
+        external_id: &str,
+        prior: Option<&Map>,
+    ) -> Result<Option<Map>, ProviderError>;
+
+    /// Updates the resource in place and returns its new actual state.
+    async fn update(
+        &self,
+        cx: &OpContext<'_>,
+        external_id: &str,
+        desired: &Map,
+        prior: &Map,
+    ) -> Result<Map, ProviderError>;
+
+    /// Deletes the resource. Deleting something already gone is not an error.
+    async fn delete(&self, cx: &OpContext<'_>, external_id: &str, prior: &Map) -> Result<(), ProviderError>;
+}
+
+/// All providers of an engine, indexed by resource type.
+#[derive(Clone, Default)]
+pub struct Providers {
+    by_type: HashMap<String, Arc<dyn Provider>>,
+    schemas: SchemaRegistry,
+}
+
+impl std::fmt::Debug for Providers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Providers").field("types", &self.schemas.names()).finish()
+    }
+}
+
+impl Providers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers every type of `provider`.
+    pub fn register(&mut self, provider: Arc<dyn Provider>) {
+        for schema in provider.schemas() {
+            self.by_type.insert(type_key(&schema.name), provider.clone());
+            self.schemas.insert(schema);
+        }
+    }
+
+    pub fn with(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.register(provider);
+        self
+    }
+
+    pub fn get(&self, type_name: &str) -> Option<&Arc<dyn Provider>> {
+        self.by_type.get(&type_key(type_name))
+    }
+
+    pub fn schemas(&self) -> &SchemaRegistry {
+        &self.schemas
+    }
+}

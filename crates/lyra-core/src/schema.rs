@@ -1,0 +1,82 @@
+//! What providers tell the engine about their resource types.
+
+use std::collections::HashMap;
+
+use crate::types::Type;
+
+/// One attribute of a resource type.
+#[derive(Debug, Clone)]
+pub struct AttributeSchema {
+    pub name: String,
+    pub ty: Type,
+    /// Computed by the provider (ids, addresses). Not diffed unless the workflow sets it.
+    pub provided: bool,
+    /// A change to this attribute replaces the resource instead of updating it.
+    pub immutable: bool,
+    /// Never printed in plans, logs or state output.
+    pub sensitive: bool,
+}
+
+impl AttributeSchema {
+    pub fn new(name: &str, ty: Type) -> Self {
+        AttributeSchema { name: name.to_owned(), ty, provided: false, immutable: false, sensitive: false }
+    }
+    pub fn provided(mut self) -> Self {
+        self.provided = true;
+        self
+    }
+    pub fn immutable(mut self) -> Self {
+        self.immutable = true;
+        self
+    }
+    pub fn sensitive(mut self) -> Self {
+        self.sensitive = true;
+        self
+    }
+}
+
+/// A resource type such as `Foobernetes::Instance`.
+#[derive(Debug, Clone)]
+pub struct ResourceSchema {
+    /// Canonical name, `Namespace::Type`.
+    pub name: String,
+    pub attributes: Vec<AttributeSchema>,
+}
+
+impl ResourceSchema {
+    pub fn new(name: &str, attributes: Vec<AttributeSchema>) -> Self {
+        ResourceSchema { name: name.to_owned(), attributes }
+    }
+
+    pub fn attribute(&self, name: &str) -> Option<&AttributeSchema> {
+        self.attributes.iter().find(|a| a.name == name)
+    }
+}
+
+/// Normalised key for a resource type name: type names are case-insensitive
+/// (`Foobernetes::Loadbalancer` is `Foobernetes::LoadBalancer`), as in the original.
+pub fn type_key(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+/// All resource types known to an engine, looked up case-insensitively.
+#[derive(Debug, Clone, Default)]
+pub struct SchemaRegistry {
+    by_key: HashMap<String, ResourceSchema>,
+}
+
+impl SchemaRegistry {
+    pub fn insert(&mut self, schema: ResourceSchema) {
+        self.by_key.insert(type_key(&schema.name), schema);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ResourceSchema> {
+        self.by_key.get(&type_key(name))
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.by_key.values().map(|s| s.name.as_str()).collect();
+        v.sort_unstable();
+        v
+    }
+}

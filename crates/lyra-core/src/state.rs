@@ -1,0 +1,217 @@
+//! The `StateStore` trait: where the engine records what it manages. Implementations live in
+//! `lyra-state` (SQLite, later Postgres); the engine only sees these types.
+//!
+//! State is keyed by *deployment* (a CLI deployment name, or `k8s/<namespace>/<name>`), never
+//! by workflow name alone, so two deployments of one workflow never touch each other.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::value::Map;
+
+/// One resource the engine manages (or reads, for `external_id` steps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRecord {
+    /// Stable id within the deployment: step names joined by `/`, with iteration indices
+    /// (`appServers/1`) and call targets.
+    pub step_id: String,
+    /// Canonical resource type, `Ns::Type`.
+    pub type_name: String,
+    pub external_id: String,
+    /// The desired state the engine last applied.
+    pub desired: Map,
+    /// The actual state the provider last reported.
+    pub actual: Map,
+    /// Step ids of the recorded resources this one's desired state was built from: deletion
+    /// runs in the reverse of this order without needing the workflow.
+    pub depends_on: Vec<String>,
+    /// `false` for read-only resources (`external_id:` steps), which are never deleted.
+    pub managed: bool,
+}
+
+/// Everything recorded about one deployment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeploymentState {
+    pub name: String,
+    /// The workflow last applied to it.
+    pub workflow: Option<String>,
+    pub resources: Vec<ResourceRecord>,
+}
+
+impl DeploymentState {
+    pub fn resource(&self, step_id: &str) -> Option<&ResourceRecord> {
+        self.resources.iter().find(|r| r.step_id == step_id)
+    }
+}
+
+/// What a run does to its deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Apply,
+    Delete,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "apply",
+            Operation::Delete => "delete",
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The start of a run, as recorded in the history.
+#[derive(Debug, Clone)]
+pub struct RunStart {
+    pub deployment: String,
+    pub workflow: Option<String>,
+    pub operation: Operation,
+    /// Who runs it: `user@host` for the CLI.
+    pub actor: String,
+}
+
+/// Counts of what a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeCounts {
+    pub created: u32,
+    pub updated: u32,
+    pub replaced: u32,
+    pub deleted: u32,
+    pub unchanged: u32,
+    pub failed: u32,
+    pub skipped: u32,
+}
+
+/// One resource a run changed (or failed to), kept in the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeRecord {
+    pub step_id: String,
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The end of a run.
+#[derive(Debug, Clone)]
+pub struct RunEnd {
+    pub outcome: Outcome,
+    pub counts: ChangeCounts,
+    /// Only the steps that changed something or failed; no-ops are not listed.
+    pub changes: Vec<ChangeRecord>,
+    pub error: Option<String>,
+}
+
+/// Identifier of a run in the history.
+pub type RunId = i64;
+
+/// A run as kept in the history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: RunId,
+    pub deployment: String,
+    pub workflow: Option<String>,
+    pub operation: Operation,
+    pub actor: String,
+    /// Unix time in milliseconds.
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    /// `None` while running, or when the run never finished (a crash).
+    pub outcome: Option<Outcome>,
+    pub counts: ChangeCounts,
+    pub changes: Vec<ChangeRecord>,
+    pub error: Option<String>,
+}
+
+/// One line of `lyra state list`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeploymentSummary {
+    pub name: String,
+    pub workflow: Option<String>,
+    pub resources: usize,
+    pub last_run: Option<RunRecord>,
+}
+
+/// What kind of store failure this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The store cannot be reached or opened.
+    Unavailable,
+    /// The stored data is not what this version of Lyra understands.
+    Corrupt,
+    /// Someone else changed the data first.
+    Conflict,
+    Other,
+}
+
+/// A state store failure. Backends keep their typed errors; the engine sees this.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StoreError {
+    pub kind: StoreErrorKind,
+    pub message: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        StoreError { kind, message: message.into(), source: None }
+    }
+
+    pub fn with_source(
+        kind: StoreErrorKind,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError { kind, message: message.into(), source: Some(Box::new(source)) }
+    }
+}
+
+/// Where the engine records what it manages.
+///
+/// Every write must be durable when the returned future resolves: the engine starts the
+/// dependents of a step only after its outcome is recorded, so a crash loses nothing.
+/// Implementations may batch concurrent writes into one commit.
+#[async_trait]
+pub trait StateStore: Send + Sync {
+    /// The recorded state of a deployment, `None` if it was never applied.
+    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError>;
+
+    /// Records the start of a run, creating the deployment if needed.
+    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError>;
+
+    /// Inserts or replaces one resource record.
+    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError>;
+
+    /// Forgets one resource (after it was deleted).
+    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError>;
+
+    /// Records the end of a run.
+    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError>;
+
+    /// Every deployment, sorted by name.
+    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError>;
+
+    /// A deployment's runs, newest first.
+    async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError>;
+}
