@@ -1,1 +1,92 @@
-//! lyra-providers
+//! The providers that ship with Lyra.
+//!
+//! - [`foobernetes`]: the original Lyra's imaginary cloud, kept in a JSON file whose format is
+//!   byte-compatible with the original's `deployment.json`.
+//! - [`null`]: `Null::Resource`, a resource that exists only in the engine's state (like
+//!   Terraform's `terraform_data`); cheap enough for large benchmarks.
+//! - [`time`]: `Time::Sleep`, which waits on create and delete (like Terraform's `time_sleep`).
+//!
+//! [`builtin`] registers all of them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use lyra_core::provider::Providers;
+
+pub mod foobernetes;
+pub mod null;
+pub mod time;
+
+pub use foobernetes::FoobernetesProvider;
+pub use null::NullProvider;
+pub use time::TimeProvider;
+
+/// Settings of the built-in providers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvidersConfig {
+    /// Where the Foobernetes fake cloud lives; relative paths resolve against the working
+    /// directory at the time of each operation, as in the original.
+    pub foobernetes_file: PathBuf,
+}
+
+impl Default for ProvidersConfig {
+    fn default() -> Self {
+        ProvidersConfig {
+            foobernetes_file: PathBuf::from("deployment.json"),
+        }
+    }
+}
+
+/// All built-in providers, configured by `config`.
+pub fn builtin(config: &ProvidersConfig) -> Providers {
+    Providers::new()
+        .with(Arc::new(FoobernetesProvider::new(
+            config.foobernetes_file.clone(),
+        )))
+        .with(Arc::new(NullProvider::new()))
+        .with(Arc::new(TimeProvider::new()))
+}
+
+/// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
+/// but in the engine's state.
+fn random_hex_id(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_registers_every_type_case_insensitively() {
+        let providers = builtin(&ProvidersConfig::default());
+        assert_eq!(
+            providers.schemas().names(),
+            [
+                "Foobernetes::Instance",
+                "Foobernetes::LoadBalancer",
+                "Foobernetes::WebServer",
+                "Null::Resource",
+                "Time::Sleep"
+            ]
+        );
+        for name in [
+            "Foobernetes::Webserver",
+            "Foobernetes::Loadbalancer",
+            "null::resource",
+            "time::sleep",
+        ] {
+            assert!(providers.get(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn random_hex_ids_are_prefixed_and_distinct() {
+        let a = random_hex_id("null");
+        assert!(
+            a.starts_with("null-") && a.len() == "null-".len() + 16,
+            "{a}"
+        );
+        assert_ne!(a, random_hex_id("null"));
+    }
+}

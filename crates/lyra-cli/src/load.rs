@@ -1,0 +1,102 @@
+//! Finding and reading workflows and data: the file-system side of the front end.
+
+use std::path::{Path, PathBuf};
+
+use lyra_core::diag::{Diagnostics, Sources};
+use lyra_core::program::{self, Program};
+use lyra_core::schema::SchemaRegistry;
+use lyra_core::value::{Map, set_dotted};
+use lyra_core::yaml::{parse_data, parse_value, workflow_name};
+
+use crate::exit::Exit;
+
+/// A workflow given on the command line: a name on the load path, or a file.
+pub struct Located {
+    pub name: String,
+    pub path: PathBuf,
+    /// Where called workflows are looked up.
+    pub load_path: PathBuf,
+}
+
+/// `a::b` → `<dir>/a/b.yaml` (or `.yml`).
+fn on_load_path(dir: &Path, name: &str) -> Option<PathBuf> {
+    let rel = name.replace("::", "/");
+    ["yaml", "yml"].iter().map(|ext| dir.join(format!("{rel}.{ext}"))).find(|p| p.is_file())
+}
+
+pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit> {
+    let load_path = workflows.map_or_else(|| PathBuf::from("workflows"), Path::to_path_buf);
+    let as_path = Path::new(workflow);
+    if as_path.is_file() {
+        let path = as_path.to_path_buf();
+        // A file inside the load path is named by its place there, like the original.
+        let name = match path.strip_prefix(&load_path) {
+            Ok(rel) => workflow_name(&rel.to_string_lossy()),
+            Err(_) => workflow_name(&path.file_name().unwrap_or_default().to_string_lossy()),
+        };
+        let load_path = if workflows.is_some() { load_path } else { path.parent().map_or(load_path, Path::to_path_buf) };
+        return Ok(Located { name, path, load_path });
+    }
+    match on_load_path(&load_path, workflow) {
+        Some(path) => Ok(Located { name: workflow.to_owned(), path, load_path }),
+        None => Err(Exit::usage(format!(
+            "workflow '{workflow}' not found: no file '{workflow}' and no {}/{}.yaml{}",
+            load_path.display(),
+            workflow.replace("::", "/"),
+            if load_path.is_dir() { String::new() } else { format!(" ({} does not exist; use --workflows DIR)", load_path.display()) }
+        ))),
+    }
+}
+
+/// Reads, parses and validates the workflow and everything it calls.
+pub fn load_program(loc: &Located, schemas: &SchemaRegistry, sources: &mut Sources) -> Result<Program, Exit> {
+    let text = std::fs::read_to_string(&loc.path)
+        .map_err(|e| Exit::usage(format!("cannot read {}: {e}", loc.path.display())))?;
+    let mut fetch = |name: &str| {
+        let p = on_load_path(&loc.load_path, name)?;
+        let text = std::fs::read_to_string(&p).ok()?;
+        Some((p.display().to_string(), text))
+    };
+    program::load(&loc.name, (loc.path.display().to_string(), text), &mut fetch, sources, schemas)
+        .map_err(|d| Exit::invalid(&d, sources))
+}
+
+/// The lookup data: the data file (explicit, or ./data.yaml when present), then `--var`s.
+pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) -> Result<Map, Exit> {
+    let path = match data {
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(PathBuf::from("data.yaml")).filter(|p| p.is_file()),
+    };
+    let mut map = match path {
+        None => Map::new(),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(&p).map_err(|e| Exit::usage(format!("cannot read data file {}: {e}", p.display())))?;
+            let file = sources.add(p.display().to_string(), text.clone());
+            parse_data(file, &text).map_err(|d| Exit::invalid(&d, sources))?
+        }
+    };
+    for v in vars {
+        let (key, raw) = v
+            .split_once('=')
+            .or_else(|| v.split_once(':'))
+            .ok_or_else(|| Exit::usage(format!("--var '{v}': expected KEY=VALUE")))?;
+        if key.is_empty() {
+            return Err(Exit::usage(format!("--var '{v}': the key is empty")));
+        }
+        // Structured values are written as YAML flow literals, as in the original.
+        let value = if raw.starts_with(['{', '[', '"', '\'']) {
+            parse_value(raw).map_err(|e| Exit::usage(format!("--var {key}: {e}")))?
+        } else {
+            lyra_core::value::Value::String(raw.to_owned())
+        };
+        set_dotted(&mut map, key, value);
+    }
+    Ok(map)
+}
+
+/// Renders diagnostics for a person.
+pub fn render(d: &Diagnostics, sources: &Sources) -> String {
+    let n = d.len();
+    format!("{}\n{n} problem{} found", d.render(sources).trim_end(), if n == 1 { "" } else { "s" })
+}

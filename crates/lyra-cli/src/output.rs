@@ -1,0 +1,329 @@
+//! What the CLI prints. The JSON shapes here are the CLI's stable output contract, separate
+//! from the engine's types: scripts depend on them.
+
+use std::fmt::Write as _;
+
+use lyra_core::report::{Action, AttrChange, Mode, Report, Status, StepReport};
+use lyra_core::state::{ChangeCounts, DeploymentState, DeploymentSummary, RunRecord};
+use lyra_core::value::{Map, Value, short};
+use serde::Serialize;
+
+const SENSITIVE: &str = "(sensitive)";
+const KNOWN_AFTER_APPLY: &str = "(known after apply)";
+
+#[derive(Serialize)]
+pub struct ReportJson<'a> {
+    pub deployment: &'a str,
+    pub workflow: Option<&'a str>,
+    pub operation: &'static str,
+    pub outcome: &'static str,
+    pub duration_ms: u128,
+    pub counts: &'a ChangeCounts,
+    pub returns: &'a Map,
+    pub steps: Vec<StepJson<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct StepJson<'a> {
+    pub step: &'a str,
+    #[serde(rename = "type")]
+    pub type_name: Option<&'a str>,
+    pub action: &'static str,
+    pub status: &'static str,
+    pub external_id: Option<&'a str>,
+    pub duration_ms: u128,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ChangeJson<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct ChangeJson<'a> {
+    pub attribute: &'a str,
+    pub old: Value,
+    /// `null` with `known_after_apply: true` when the value is not known yet.
+    pub new: Value,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub known_after_apply: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub forces_replace: bool,
+}
+
+fn mask(c: &AttrChange, v: Option<&Value>) -> Value {
+    match v {
+        Some(_) if c.sensitive => Value::String(SENSITIVE.to_owned()),
+        Some(v) => v.clone(),
+        None => Value::Null,
+    }
+}
+
+pub fn report_json(r: &Report) -> ReportJson<'_> {
+    ReportJson {
+        deployment: &r.deployment,
+        workflow: r.workflow.as_deref(),
+        operation: match r.mode {
+            Mode::Plan => "plan",
+            Mode::Apply => "apply",
+            Mode::Delete => "delete",
+        },
+        outcome: r.outcome.as_str(),
+        duration_ms: r.duration.as_millis(),
+        counts: &r.counts,
+        returns: &r.returns,
+        steps: r
+            .steps
+            .iter()
+            .map(|s| StepJson {
+                step: &s.id,
+                type_name: s.type_name.as_deref(),
+                action: s.action.as_str(),
+                status: s.status.as_str(),
+                external_id: s.external_id.as_deref(),
+                duration_ms: s.duration.as_millis(),
+                error: s.error.as_deref(),
+                changes: s
+                    .changes
+                    .iter()
+                    .map(|c| ChangeJson {
+                        attribute: &c.attribute,
+                        old: mask(c, c.old.as_ref()),
+                        new: mask(c, c.new.as_ref()),
+                        known_after_apply: c.new.is_none(),
+                        forces_replace: c.forces_replace,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+fn sign(a: Action) -> &'static str {
+    match a {
+        Action::Create => "+",
+        Action::Update => "~",
+        Action::Replace => "-/+",
+        Action::Delete | Action::Forget => "-",
+        Action::Read => "<=",
+        Action::Noop | Action::Group => " ",
+    }
+}
+
+fn value_text(c: &AttrChange, v: Option<&Value>) -> String {
+    match v {
+        _ if c.sensitive => SENSITIVE.to_owned(),
+        Some(v) => short(v),
+        None => KNOWN_AFTER_APPLY.to_owned(),
+    }
+}
+
+/// A plan, Terraform-style: one block per resource that changes, then a summary line.
+pub fn plan_text(r: &Report) -> String {
+    let mut out = String::new();
+    let mut steps: Vec<&StepReport> = r.steps.iter().collect();
+    steps.sort_by(|a, b| a.id.cmp(&b.id));
+    for s in steps {
+        let label = |s: &StepReport| format!("{} ({})", s.id, s.type_name.as_deref().unwrap_or("collection"));
+        match (s.action, s.status) {
+            (Action::Noop | Action::Read, _) | (_, Status::GuardedOff) => continue,
+            (Action::Group, _) => {
+                if let Some(e) = &s.error {
+                    let _ = writeln!(out, "  ? {}: {e}", s.id);
+                }
+                continue;
+            }
+            (Action::Replace, _) => {
+                let _ = writeln!(out, "-/+ {} will be replaced", label(s));
+            }
+            (a, _) => {
+                let verb = match a {
+                    Action::Create => "created",
+                    Action::Update => "updated in place",
+                    Action::Delete => "deleted",
+                    _ => "forgotten (not deleted: read-only)",
+                };
+                let _ = writeln!(out, "  {} {} will be {verb}", sign(a), label(s));
+            }
+        }
+        for c in &s.changes {
+            let note = if c.forces_replace { "  # forces replacement" } else { "" };
+            match &c.old {
+                None => {
+                    let _ = writeln!(out, "      + {} = {}", c.attribute, value_text(c, c.new.as_ref()));
+                }
+                Some(old) => {
+                    let _ = writeln!(
+                        out,
+                        "      ~ {}: {} -> {}{note}",
+                        c.attribute,
+                        value_text(c, Some(old)),
+                        value_text(c, c.new.as_ref())
+                    );
+                }
+            }
+        }
+    }
+    let c = &r.counts;
+    if c.created + c.updated + c.replaced + c.deleted == 0 {
+        let _ = writeln!(out, "No changes. {} resource{} up to date.", c.unchanged, if c.unchanged == 1 { " is" } else { "s are" });
+    } else {
+        let _ = writeln!(
+            out,
+            "Plan: {} to create, {} to update, {} to replace, {} to delete, {} unchanged.",
+            c.created, c.updated, c.replaced, c.deleted, c.unchanged
+        );
+    }
+    out
+}
+
+/// The end of an apply or delete: failures with their errors, a summary, the returns.
+pub fn result_text(r: &Report) -> String {
+    let mut out = String::new();
+    for s in r.steps.iter().filter(|s| matches!(s.status, Status::Failed | Status::Skipped)) {
+        let what = if s.status == Status::Failed { "failed" } else { "skipped" };
+        let _ = writeln!(out, "{what}: {}: {}", s.id, s.error.as_deref().unwrap_or(""));
+    }
+    let c = &r.counts;
+    let verb = if r.mode == Mode::Delete { "delete" } else { "apply" };
+    let _ = writeln!(
+        out,
+        "{verb} {}: {} created, {} updated, {} replaced, {} deleted, {} unchanged, {} failed, {} skipped ({:.2}s)",
+        r.outcome.as_str(),
+        c.created,
+        c.updated,
+        c.replaced,
+        c.deleted,
+        c.unchanged,
+        c.failed,
+        c.skipped,
+        r.duration.as_secs_f64()
+    );
+    out
+}
+
+/// Returns are data: they go to stdout, as YAML-ish `name: json` lines.
+pub fn returns_text(returns: &Map) -> String {
+    returns.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+}
+
+#[derive(Serialize)]
+pub struct RunJson<'a> {
+    pub id: i64,
+    pub deployment: &'a str,
+    pub workflow: Option<&'a str>,
+    pub operation: &'static str,
+    pub actor: &'a str,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    /// `null` while running or when the run never finished (a crash).
+    pub outcome: Option<&'static str>,
+    pub counts: &'a ChangeCounts,
+    pub changes: &'a [lyra_core::state::ChangeRecord],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a str>,
+}
+
+pub fn run_json(r: &RunRecord) -> RunJson<'_> {
+    RunJson {
+        id: r.id,
+        deployment: &r.deployment,
+        workflow: r.workflow.as_deref(),
+        operation: r.operation.as_str(),
+        actor: &r.actor,
+        started_at_ms: r.started_at,
+        finished_at_ms: r.finished_at,
+        outcome: r.outcome.map(|o| o.as_str()),
+        counts: &r.counts,
+        changes: &r.changes,
+        error: r.error.as_deref(),
+    }
+}
+
+#[derive(Serialize)]
+pub struct DeploymentJson<'a> {
+    pub deployment: &'a str,
+    pub workflow: Option<&'a str>,
+    pub resources: usize,
+    pub last_run: Option<RunJson<'a>>,
+}
+
+pub fn summary_json(d: &DeploymentSummary) -> DeploymentJson<'_> {
+    DeploymentJson {
+        deployment: &d.name,
+        workflow: d.workflow.as_deref(),
+        resources: d.resources,
+        last_run: d.last_run.as_ref().map(run_json),
+    }
+}
+
+#[derive(Serialize)]
+pub struct StateJson<'a> {
+    pub deployment: &'a str,
+    pub workflow: Option<&'a str>,
+    pub resources: Vec<ResourceJson<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct ResourceJson<'a> {
+    pub step: &'a str,
+    #[serde(rename = "type")]
+    pub type_name: &'a str,
+    pub external_id: &'a str,
+    pub managed: bool,
+    pub depends_on: &'a [String],
+    pub state: &'a Map,
+}
+
+pub fn state_json(d: &DeploymentState) -> StateJson<'_> {
+    StateJson {
+        deployment: &d.name,
+        workflow: d.workflow.as_deref(),
+        resources: d
+            .resources
+            .iter()
+            .map(|r| ResourceJson {
+                step: &r.step_id,
+                type_name: &r.type_name,
+                external_id: &r.external_id,
+                managed: r.managed,
+                depends_on: &r.depends_on,
+                state: &r.actual,
+            })
+            .collect(),
+    }
+}
+
+/// A borderless table: the header, then one row per item.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING).set_header(header.to_vec());
+    for r in rows {
+        t.add_row(r.clone());
+    }
+    // Keep lines free of padding at the end, for grep and diff.
+    t.to_string().lines().map(|l| l.trim_end().to_owned() + "\n").collect()
+}
+
+/// Unix milliseconds as an RFC 3339 UTC time.
+pub fn time_text(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_times() {
+        assert_eq!(time_text(1_796_083_200_000), "2026-12-01T00:00:00Z");
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(&["A", "BB"], &[vec!["xyz".into(), "1".into()]]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].find("BB"), lines[1].find('1'));
+    }
+}

@@ -1,0 +1,103 @@
+//! Live progress on stderr: a line per step as it starts and ends, with timing, under a
+//! spinner that counts what is done. Quiet when stderr is not a terminal (unless --verbose),
+//! so that stdout stays clean data for pipes.
+
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lyra_core::engine::Observer;
+use lyra_core::report::{Action, Status, StepReport};
+
+pub struct Progress {
+    bar: ProgressBar,
+    lines: bool,
+    done: AtomicUsize,
+    running: AtomicUsize,
+    /// Steps that started and have not finished: not every finished step started (skips).
+    started: Mutex<HashSet<String>>,
+}
+
+impl Progress {
+    pub fn new(verbose: bool) -> Progress {
+        let tty = std::io::stderr().is_terminal();
+        let bar = if tty {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            b.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
+            b.enable_steady_tick(Duration::from_millis(100));
+            b
+        } else {
+            ProgressBar::hidden()
+        };
+        Progress {
+            bar,
+            lines: tty || verbose,
+            done: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            started: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn line(&self, s: String) {
+        if !self.lines {
+            return;
+        }
+        if self.bar.is_hidden() {
+            eprintln!("{s}");
+        } else {
+            self.bar.println(s);
+        }
+    }
+
+    fn update(&self) {
+        let (d, r) = (self.done.load(Ordering::Relaxed), self.running.load(Ordering::Relaxed));
+        self.bar.set_message(format!("{d} done, {r} running"));
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Observer for Progress {
+    fn step_started(&self, id: &str, type_name: &str) {
+        self.started.lock().expect("progress lock").insert(id.to_owned());
+        self.running.fetch_add(1, Ordering::Relaxed);
+        self.update();
+        self.line(format!("  … {id} ({type_name})"));
+    }
+
+    fn step_finished(&self, r: &StepReport) {
+        if self.started.lock().expect("progress lock").remove(&r.id) {
+            self.running.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.done.fetch_add(1, Ordering::Relaxed);
+        self.update();
+        let ms = r.duration.as_millis();
+        let what = r.type_name.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();
+        let line = match r.status {
+            Status::Done if r.action == Action::Noop => format!("  = {}{what} unchanged {ms}ms", r.id),
+            Status::Done => format!("  ✓ {}{what} {} {ms}ms", r.id, past(r.action)),
+            Status::Failed => format!("  ✗ {}{what} failed after {ms}ms: {}", r.id, r.error.as_deref().unwrap_or("")),
+            Status::Skipped => format!("  ○ {}{what} skipped: {}", r.id, r.error.as_deref().unwrap_or("")),
+            Status::GuardedOff => format!("  ○ {}{what} not applicable (its 'when' guard is false)", r.id),
+            Status::Planned => return,
+        };
+        self.line(line);
+    }
+}
+
+fn past(a: Action) -> &'static str {
+    match a {
+        Action::Create => "created",
+        Action::Update => "updated",
+        Action::Replace => "replaced",
+        Action::Delete => "deleted",
+        Action::Read => "read",
+        Action::Forget => "forgotten",
+        Action::Noop | Action::Group => "done",
+    }
+}

@@ -1,0 +1,1247 @@
+//! The planner and executor. One traversal serves both: in plan mode resource steps read and
+//! diff but change nothing, and values that only an apply would produce are `Unknown`.
+//!
+//! Independent steps run concurrently; provider operations are bounded by a semaphore
+//! (`concurrency`). A step starts only when everything it reads is produced *and recorded*:
+//! each resource outcome is written through the [`StateStore`] before its returns are
+//! published, so a crash at any moment loses nothing. A failed step's dependents are skipped,
+//! independent branches finish, and no resource of a failed or skipped step is ever deleted.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
+use crate::expr::{Expr, ResolveError, Var};
+use crate::model::{Over, ParamSource, Return, ReturnSource, Step, StepKind};
+use crate::program::Program;
+use crate::provider::{OpContext, Provider, ProviderError, Providers};
+use crate::report::{Action, AttrChange, Mode, Report, Status, StepReport};
+use crate::schema::ResourceSchema;
+use crate::state::{
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore, StoreError,
+};
+use crate::value::{Map, Value, dig};
+
+/// Progress notifications, for live output.
+pub trait Observer: Send + Sync {
+    fn step_started(&self, _id: &str, _type_name: &str) {}
+    fn step_finished(&self, _report: &StepReport) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// Failures that stop a run before any step runs, or that leave the state unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Bad input data for the workflow's parameters (missing lookup keys, wrong types).
+    #[error("invalid input:\n{0}")]
+    Input(Diagnostics),
+    #[error("state store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Runs programs against providers and a state store.
+pub struct Engine<'a> {
+    pub providers: &'a Providers,
+    pub store: &'a dyn StateStore,
+    pub observer: &'a dyn Observer,
+    /// Source files, to name workflow locations in run-time errors.
+    pub sources: &'a Sources,
+    /// At most this many provider operations at once.
+    pub concurrency: usize,
+    /// Set to stop scheduling new steps; running ones finish and are recorded.
+    pub cancel: &'a AtomicBool,
+}
+
+/// A variable with the recorded resources its value came from (for deletion order).
+#[derive(Debug, Clone)]
+struct Val {
+    var: Var,
+    origins: Arc<Vec<String>>,
+}
+
+impl Val {
+    fn known(v: Value) -> Val {
+        Val { var: Var::Known(v), origins: Arc::new(Vec::new()) }
+    }
+    fn unknown() -> Val {
+        Val { var: Var::Unknown, origins: Arc::new(Vec::new()) }
+    }
+}
+
+type Env = HashMap<String, Val>;
+
+/// How a step ended, as seen by its enclosing scope.
+enum Done {
+    /// The names it produces.
+    Ok(Env),
+    Failed,
+    Skipped,
+}
+
+/// Which recorded resources this run accounts for; the rest are garbage.
+#[derive(Default)]
+struct Claims {
+    ids: HashSet<String>,
+    prefixes: Vec<String>,
+}
+
+impl Claims {
+    fn covers(&self, id: &str) -> bool {
+        self.ids.contains(id) || self.prefixes.iter().any(|p| id.starts_with(p.as_str()))
+    }
+}
+
+struct Run<'e, 'a> {
+    engine: &'e Engine<'a>,
+    mode: Mode,
+    program: &'e Program,
+    deployment: &'e str,
+    data: &'e Map,
+    prior: HashMap<String, ResourceRecord>,
+    sem: async_lock::Semaphore,
+    reports: Mutex<Vec<StepReport>>,
+    claims: Mutex<Claims>,
+    /// Step failures that are not tied to a single resource report (store errors).
+    fatal: Mutex<Option<String>>,
+}
+
+fn child_id(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() { name.to_owned() } else { format!("{prefix}/{name}") }
+}
+
+impl<'a> Engine<'a> {
+    /// What `apply` would do, without changing anything.
+    pub async fn plan(&self, program: &Program, deployment: &str, data: &Map) -> Result<Report, EngineError> {
+        self.run(Mode::Plan, program, deployment, data, "").await
+    }
+
+    /// Converges the deployment to the workflow.
+    pub async fn apply(&self, program: &Program, deployment: &str, data: &Map, actor: &str) -> Result<Report, EngineError> {
+        self.run(Mode::Apply, program, deployment, data, actor).await
+    }
+
+    async fn run(&self, mode: Mode, program: &Program, deployment: &str, data: &Map, actor: &str) -> Result<Report, EngineError> {
+        let started = Instant::now();
+        let root = &program.main.root;
+        let env = self.top_params(root, data)?;
+        let prior: HashMap<String, ResourceRecord> = self
+            .store
+            .load(deployment)
+            .await?
+            .map(|d| d.resources.into_iter().map(|r| (r.step_id.clone(), r)).collect())
+            .unwrap_or_default();
+        let run_id = if mode == Mode::Apply {
+            Some(
+                self.store
+                    .begin_run(&RunStart {
+                        deployment: deployment.to_owned(),
+                        workflow: Some(program.main.name.clone()),
+                        operation: Operation::Apply,
+                        actor: actor.to_owned(),
+                    })
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let run = Run {
+            engine: self,
+            mode,
+            program,
+            deployment,
+            data,
+            prior,
+            sem: async_lock::Semaphore::new(self.concurrency.max(1)),
+            reports: Mutex::new(Vec::new()),
+            claims: Mutex::new(Claims::default()),
+            fatal: Mutex::new(None),
+        };
+        // A top-level workflow's children are named directly under the deployment; a
+        // top-level resource is named after the workflow.
+        let root_id = match root.kind {
+            StepKind::Workflow { .. } => String::new(),
+            _ => root.name.clone(),
+        };
+        let done = run.body(root, env, root_id).await;
+        let mut returns = Map::new();
+        let mut failed = false;
+        match done {
+            Done::Ok(vals) => {
+                for r in &root.returns {
+                    if let Some(Val { var: Var::Known(v), .. }) = vals.get(&r.name) {
+                        returns.insert(r.name.clone(), v.clone());
+                    }
+                }
+            }
+            Done::Failed | Done::Skipped => failed = true,
+        }
+        let cancelled = self.cancel.load(Ordering::SeqCst);
+        // Garbage: recorded resources this run did not account for. Never after a
+        // cancellation: the unvisited steps would look removed.
+        if !cancelled {
+            let garbage: Vec<ResourceRecord> = {
+                let claims = run.claims.lock().expect("claims lock");
+                let mut g: Vec<ResourceRecord> = run.prior.values().filter(|r| !claims.covers(&r.step_id)).cloned().collect();
+                g.sort_by(|a, b| a.step_id.cmp(&b.step_id));
+                g
+            };
+            if !run.delete_all(garbage).await {
+                failed = true;
+            }
+        }
+        let fatal = run.fatal.lock().expect("fatal lock").take();
+        let steps = run.reports.into_inner().expect("reports lock");
+        let failed = failed || fatal.is_some() || steps.iter().any(|s| s.status == Status::Failed);
+        let outcome = if cancelled {
+            Outcome::Cancelled
+        } else if failed {
+            Outcome::Failed
+        } else {
+            Outcome::Succeeded
+        };
+        let report = Report {
+            mode,
+            deployment: deployment.to_owned(),
+            workflow: Some(program.main.name.clone()),
+            outcome,
+            returns,
+            counts: count(&steps),
+            steps,
+            duration: started.elapsed(),
+        };
+        if let Some(id) = run_id {
+            self.store.finish_run(id, &run_end(&report, fatal)).await?;
+        }
+        Ok(report)
+    }
+
+    /// Deletes every resource recorded for the deployment, in reverse dependency order.
+    /// Needs no workflow: the state knows what depends on what.
+    pub async fn delete(&self, deployment: &str, actor: &str) -> Result<Report, EngineError> {
+        self.destroy(Mode::Delete, deployment, actor).await
+    }
+
+    /// What `delete` would do.
+    pub async fn plan_delete(&self, deployment: &str) -> Result<Report, EngineError> {
+        self.destroy(Mode::Plan, deployment, "").await
+    }
+
+    async fn destroy(&self, mode: Mode, deployment: &str, actor: &str) -> Result<Report, EngineError> {
+        let started = Instant::now();
+        let state: DeploymentState = self.store.load(deployment).await?.unwrap_or_default();
+        let run_id = if mode == Mode::Delete {
+            Some(
+                self.store
+                    .begin_run(&RunStart {
+                        deployment: deployment.to_owned(),
+                        workflow: state.workflow.clone(),
+                        operation: Operation::Delete,
+                        actor: actor.to_owned(),
+                    })
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let program = Program { main: Arc::new(empty_workflow()), workflows: HashMap::new() };
+        let empty = Map::new();
+        let run = Run {
+            engine: self,
+            mode,
+            program: &program,
+            deployment,
+            data: &empty,
+            prior: HashMap::new(),
+            sem: async_lock::Semaphore::new(self.concurrency.max(1)),
+            reports: Mutex::new(Vec::new()),
+            claims: Mutex::new(Claims::default()),
+            fatal: Mutex::new(None),
+        };
+        let ok = run.delete_all(state.resources).await;
+        let fatal = run.fatal.lock().expect("fatal lock").take();
+        let steps = run.reports.into_inner().expect("reports lock");
+        let outcome = if ok && fatal.is_none() { Outcome::Succeeded } else { Outcome::Failed };
+        let report = Report {
+            mode,
+            deployment: deployment.to_owned(),
+            workflow: state.workflow,
+            outcome,
+            returns: Map::new(),
+            counts: count(&steps),
+            steps,
+            duration: started.elapsed(),
+        };
+        if let Some(id) = run_id {
+            self.store.finish_run(id, &run_end(&report, fatal)).await?;
+        }
+        Ok(report)
+    }
+
+    /// Resolves the top-level parameters from the data; every missing key is reported.
+    fn top_params(&self, root: &Step, data: &Map) -> Result<Env, EngineError> {
+        let mut env = Env::new();
+        let mut diags = Diagnostics::default();
+        for p in &root.params {
+            let value = match &p.source {
+                ParamSource::Lookup(key) => lookup(data, key).cloned().ok_or_else(|| {
+                    Diagnostic::new(p.span, format!("parameter '{}': lookup key '{key}' not found in the data", p.name))
+                        .with_help(format!("add '{key}' to the data file, or pass --var {key}=VALUE"))
+                }),
+                ParamSource::Implicit => lookup(data, &p.name).cloned().ok_or_else(|| {
+                    Diagnostic::new(p.span, format!("parameter '{}' has no value: no data key '{}'", p.name, p.name))
+                        .with_help(format!("pass --var {}=VALUE, or give the parameter a lookup or a value", p.name))
+                }),
+                ParamSource::Value(e) => e.resolve(&|_: &str| None).map_err(|_| {
+                    Diagnostic::new(p.span, format!("parameter '{}': a top-level value cannot reference variables", p.name))
+                }),
+            };
+            match value {
+                Ok(v) => match coerce_opt(p.ty.as_ref(), &v) {
+                    Ok(v) => {
+                        env.insert(p.name.clone(), Val::known(v));
+                    }
+                    Err(e) => diags.push(Diagnostic::new(p.span, format!("parameter '{}' {e}", p.name))),
+                },
+                Err(d) => diags.push(d),
+            }
+        }
+        if diags.is_empty() { Ok(env) } else { Err(EngineError::Input(diags.sorted())) }
+    }
+}
+
+/// Looks a key up in the data: a flat dotted key first (`aws.tags.Name: x`, as the original's
+/// Kubernetes data), then the nested path.
+pub fn lookup<'d>(data: &'d Map, key: &str) -> Option<&'d Value> {
+    if let Some(v) = data.get(key) {
+        return Some(v);
+    }
+    let mut parts = key.split('.');
+    let first = data.get(parts.next()?)?;
+    let rest: Vec<String> = parts.map(str::to_owned).collect();
+    dig(first, &rest)
+}
+
+fn coerce_opt(ty: Option<&crate::types::Type>, v: &Value) -> Result<Value, crate::types::TypeError> {
+    match ty {
+        Some(t) => t.coerce(v),
+        None => Ok(v.clone()),
+    }
+}
+
+fn empty_workflow() -> crate::model::Workflow {
+    crate::model::Workflow {
+        name: String::new(),
+        file: Default::default(),
+        root: Step {
+            name: String::new(),
+            span: Span::default(),
+            params: vec![],
+            returns: vec![],
+            when: None,
+            kind: StepKind::Workflow { steps: vec![], deps: vec![] },
+            inputs: vec![],
+        },
+    }
+}
+
+fn count(steps: &[StepReport]) -> ChangeCounts {
+    let mut c = ChangeCounts::default();
+    for s in steps {
+        if s.type_name.is_none() && s.action == Action::Group {
+            if s.status == Status::Skipped {
+                c.skipped += 1;
+            } else if s.status == Status::Failed {
+                c.failed += 1;
+            }
+            continue;
+        }
+        match s.status {
+            Status::Failed => c.failed += 1,
+            Status::Skipped => c.skipped += 1,
+            Status::GuardedOff => {}
+            Status::Done | Status::Planned => match s.action {
+                Action::Create => c.created += 1,
+                Action::Update => c.updated += 1,
+                Action::Replace => c.replaced += 1,
+                Action::Delete | Action::Forget => c.deleted += 1,
+                Action::Noop | Action::Read => c.unchanged += 1,
+                Action::Group => {}
+            },
+        }
+    }
+    c
+}
+
+fn run_end(report: &Report, fatal: Option<String>) -> RunEnd {
+    RunEnd {
+        outcome: report.outcome,
+        counts: report.counts.clone(),
+        changes: report
+            .steps
+            .iter()
+            .filter(|s| s.status == Status::Failed || (s.status == Status::Done && !matches!(s.action, Action::Noop | Action::Read | Action::Group)))
+            .map(|s| ChangeRecord { step_id: s.id.clone(), action: s.action.as_str().to_owned(), error: s.error.clone() })
+            .collect(),
+        error: fatal,
+    }
+}
+
+/// Whether two values are the same for diffing: numbers compare by value (8080 = 8080.0).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.iter().all(|(k, v)| same(v, y.get(k).unwrap_or(&Value::Null)))
+                && y.iter().all(|(k, v)| x.contains_key(k) || v.is_null())
+        }
+        _ => a == b,
+    }
+}
+
+/// The attribute-level difference between desired and actual. Provided attributes are only
+/// compared when the workflow sets them; attributes the workflow does not mention are
+/// the provider's business.
+fn diff(schema: &ResourceSchema, desired: &Map, unknown: &[String], actual: &Map) -> Vec<AttrChange> {
+    let mut out = Vec::new();
+    for (name, want) in desired {
+        let attr = schema.attribute(name);
+        if attr.is_some_and(|a| a.provided) && want.is_null() {
+            continue;
+        }
+        let have = actual.get(name).unwrap_or(&Value::Null);
+        if !same(want, have) {
+            out.push(AttrChange {
+                attribute: name.clone(),
+                old: Some(have.clone()),
+                new: Some(want.clone()),
+                forces_replace: attr.is_some_and(|a| a.immutable),
+                sensitive: attr.is_some_and(|a| a.sensitive || a.ty.is_sensitive()),
+            });
+        }
+    }
+    for name in unknown {
+        let attr = schema.attribute(name);
+        out.push(AttrChange {
+            attribute: name.clone(),
+            old: actual.get(name).cloned(),
+            new: None,
+            forces_replace: attr.is_some_and(|a| a.immutable),
+            sensitive: attr.is_some_and(|a| a.sensitive || a.ty.is_sensitive()),
+        });
+    }
+    out
+}
+
+fn creation(schema: &ResourceSchema, desired: &Map, unknown: &[String]) -> Vec<AttrChange> {
+    let sensitive = |n: &str| schema.attribute(n).is_some_and(|a| a.sensitive || a.ty.is_sensitive());
+    desired
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| AttrChange { attribute: k.clone(), old: None, new: Some(v.clone()), forces_replace: false, sensitive: sensitive(k) })
+        .chain(unknown.iter().map(|k| AttrChange { attribute: k.clone(), old: None, new: None, forces_replace: false, sensitive: sensitive(k) }))
+        .collect()
+}
+
+impl Run<'_, '_> {
+    fn loc(&self, span: Span) -> String {
+        self.engine.sources.location(span)
+    }
+
+    fn report(&self, r: StepReport) {
+        self.engine.observer.step_finished(&r);
+        self.reports.lock().expect("reports lock").push(r);
+    }
+
+    fn claim(&self, id: &str) {
+        self.claims.lock().expect("claims lock").ids.insert(id.to_owned());
+    }
+
+    /// Accounts for everything under a composite step that did not run to completion.
+    fn claim_subtree(&self, id: &str) {
+        let mut c = self.claims.lock().expect("claims lock");
+        c.ids.insert(id.to_owned());
+        c.prefixes.push(if id.is_empty() { String::new() } else { format!("{id}/") });
+    }
+
+    fn group_report(&self, id: &str, status: Status, error: Option<String>, started: Instant) {
+        self.report(StepReport {
+            id: id.to_owned(),
+            type_name: None,
+            action: Action::Group,
+            status,
+            external_id: None,
+            duration: started.elapsed(),
+            error,
+            changes: vec![],
+        });
+    }
+
+    fn fail_step(&self, step: &Step, id: &str, msg: String, started: Instant) -> Done {
+        let type_name = match &step.kind {
+            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
+            _ => None,
+        };
+        if type_name.is_some() {
+            self.claim(id);
+        } else {
+            self.claim_subtree(id);
+        }
+        self.report(StepReport {
+            id: id.to_owned(),
+            type_name: type_name.clone(),
+            action: if type_name.is_some() { Action::Noop } else { Action::Group },
+            status: Status::Failed,
+            external_id: None,
+            duration: started.elapsed(),
+            error: Some(msg),
+            changes: vec![],
+        });
+        Done::Failed
+    }
+
+    fn skip_step(&self, step: &Step, id: &str, why: &str) -> Done {
+        let type_name = match &step.kind {
+            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
+            _ => None,
+        };
+        self.claim_subtree(id);
+        self.report(StepReport {
+            id: id.to_owned(),
+            action: if type_name.is_some() { Action::Noop } else { Action::Group },
+            type_name,
+            status: Status::Skipped,
+            external_id: None,
+            duration: Duration::ZERO,
+            error: Some(why.to_owned()),
+            changes: vec![],
+        });
+        Done::Skipped
+    }
+
+    /// Runs a step in its enclosing scope: guard, own parameters, then the body.
+    fn step<'s>(&'s self, step: &'s Step, env: Env, id: String) -> BoxFuture<'s, Done> {
+        Box::pin(async move {
+            let started = Instant::now();
+            if let Some((guard, _)) = &step.when {
+                let look = |n: &str| env.get(n).map(|v| &v.var);
+                if guard.eval(&look) == Some(false) {
+                    // The step is not wanted: its returns are undefined, and what it made
+                    // before is garbage.
+                    self.report(StepReport {
+                        id: id.clone(),
+                        type_name: match &step.kind {
+                            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
+                            _ => None,
+                        },
+                        action: Action::Noop,
+                        status: Status::GuardedOff,
+                        external_id: None,
+                        duration: started.elapsed(),
+                        error: None,
+                        changes: vec![],
+                    });
+                    return Done::Ok(undefined_returns(step));
+                }
+            }
+            let mut local = env;
+            for p in &step.params {
+                let v = match &p.source {
+                    ParamSource::Implicit => continue,
+                    ParamSource::Lookup(key) => match lookup(self.data, key) {
+                        Some(v) => Val::known(v.clone()),
+                        None => {
+                            let msg = format!("{}: parameter '{}': lookup key '{key}' not found in the data", self.loc(p.span), p.name);
+                            return self.fail_step(step, &id, msg, started);
+                        }
+                    },
+                    ParamSource::Value(e) => match self.resolve(e, &local) {
+                        Ok(v) => v,
+                        Err(msg) => return self.fail_step(step, &id, msg, started),
+                    },
+                };
+                let v = match (&v.var, &p.ty) {
+                    (Var::Known(x), Some(t)) => match t.coerce(x) {
+                        Ok(x) => Val { var: Var::Known(x), origins: v.origins },
+                        Err(e) => {
+                            let msg = format!("{}: parameter '{}' {e}", self.loc(p.span), p.name);
+                            return self.fail_step(step, &id, msg, started);
+                        }
+                    },
+                    _ => v,
+                };
+                local.insert(p.name.clone(), v);
+            }
+            self.body(step, local, id).await
+        })
+    }
+
+    fn resolve(&self, e: &Expr, env: &Env) -> Result<Val, String> {
+        let look = |n: &str| env.get(n).map(|v| &v.var);
+        let mut origins: BTreeSet<String> = BTreeSet::new();
+        for r in e.refs() {
+            if let Some(v) = env.get(&r.name) {
+                origins.extend(v.origins.iter().cloned());
+            }
+        }
+        let origins = Arc::new(origins.into_iter().collect());
+        match e.resolve(&look) {
+            Ok(v) => Ok(Val { var: Var::Known(v), origins }),
+            Err(ResolveError::Unknown) => Ok(Val { var: Var::Unknown, origins }),
+            Err(ResolveError::NoSuchPath { reference, span }) => Err(format!("{}: {reference} does not exist", self.loc(span))),
+            Err(ResolveError::Unbound { name, span }) => Err(format!("{}: ${name} is not defined here", self.loc(span))),
+        }
+    }
+
+    /// Runs the body of a step whose parameters are bound in `env`.
+    fn body<'s>(&'s self, step: &'s Step, env: Env, id: String) -> BoxFuture<'s, Done> {
+        Box::pin(async move {
+            match &step.kind {
+                StepKind::Resource { .. } => self.resource(step, env, id).await,
+                StepKind::Workflow { steps, deps } => {
+                    let started = Instant::now();
+                    let (scope, ok) = self.scope(steps, deps, env, &id).await;
+                    if !ok {
+                        // Children reported their own failures; account for the subtree.
+                        self.claim_subtree(&id);
+                        if !id.is_empty() {
+                            self.group_report(&id, Status::Failed, Some("a step inside failed".to_owned()), started);
+                        }
+                        return Done::Failed;
+                    }
+                    match self.returns_from_scope(&step.returns, &scope) {
+                        Ok(r) => Done::Ok(r),
+                        Err(msg) => self.fail_step(step, &id, msg, started),
+                    }
+                }
+                StepKind::Collection { over, over_span, vars, into, step: inner } => {
+                    self.collection(step, over, *over_span, vars, into, inner, env, id).await
+                }
+                StepKind::Call { target, args, .. } => self.call(step, target, args, env, id).await,
+            }
+        })
+    }
+
+    fn returns_from_scope(&self, returns: &[Return], scope: &Env) -> Result<Env, String> {
+        let mut out = Env::new();
+        for r in returns {
+            let v = match &r.source {
+                ReturnSource::Same => scope.get(&r.name).cloned(),
+                ReturnSource::Alias(a) => scope.get(a).cloned(),
+                ReturnSource::Value(e) => Some(self.resolve(e, scope)?),
+            }
+            .unwrap_or_else(|| Val::known(Value::Null));
+            let v = match (&v.var, &r.ty) {
+                (Var::Known(x), Some(t)) => Val {
+                    var: Var::Known(t.coerce(x).map_err(|e| format!("{}: return '{}' {e}", self.loc(r.span), r.name))?),
+                    origins: v.origins,
+                },
+                _ => v,
+            };
+            out.insert(r.name.clone(), v);
+        }
+        Ok(out)
+    }
+
+    /// Runs the children of a workflow as their inputs become available. Returns every
+    /// name produced in the scope, and whether all children succeeded.
+    async fn scope(&self, steps: &[Step], deps: &[Vec<usize>], mut vars: Env, prefix: &str) -> (Env, bool) {
+        let n = steps.len();
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, ds) in deps.iter().enumerate() {
+            for &d in ds {
+                dependents[d].push(i);
+            }
+        }
+        let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
+        // Whether each child ended badly (failed or skipped).
+        let mut bad = vec![false; n];
+        let mut all_ok = true;
+        let mut running = FuturesUnordered::new();
+        let mut ready: Vec<usize> = (0..n).filter(|i| waiting[*i] == 0).collect();
+        loop {
+            while let Some(i) = ready.pop() {
+                let step = &steps[i];
+                let id = child_id(prefix, &step.name);
+                let why = if self.engine.cancel.load(Ordering::SeqCst) {
+                    Some("the run was cancelled".to_owned())
+                } else {
+                    let failed: Vec<&str> = deps[i].iter().filter(|d| bad[**d]).map(|d| steps[*d].name.as_str()).collect();
+                    (!failed.is_empty()).then(|| format!("skipped because '{}' did not complete", failed.join("', '")))
+                };
+                if let Some(why) = why {
+                    self.skip_step(step, &id, &why);
+                    bad[i] = true;
+                    all_ok = false;
+                    for &j in &dependents[i] {
+                        waiting[j] -= 1;
+                        if waiting[j] == 0 {
+                            ready.push(j);
+                        }
+                    }
+                    continue;
+                }
+                let env: Env = step.inputs.iter().filter_map(|name| vars.get(name).map(|v| (name.clone(), v.clone()))).collect();
+                running.push(async move { (i, self.step(step, env, id).await) });
+            }
+            let Some((i, done)) = running.next().await else { break };
+            match done {
+                Done::Ok(produced) => vars.extend(produced),
+                Done::Failed | Done::Skipped => {
+                    bad[i] = true;
+                    all_ok = false;
+                }
+            }
+            for &j in &dependents[i] {
+                waiting[j] -= 1;
+                if waiting[j] == 0 {
+                    ready.push(j);
+                }
+            }
+        }
+        (vars, all_ok)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn collection(
+        &self,
+        step: &Step,
+        over: &Over,
+        over_span: Span,
+        vars: &[String],
+        into: &str,
+        inner: &Step,
+        env: Env,
+        id: String,
+    ) -> Done {
+        let started = Instant::now();
+        let mut origins: BTreeSet<String> = BTreeSet::new();
+        let mut values = Vec::new();
+        for e in over.exprs() {
+            match self.resolve(e, &env) {
+                Ok(v) => {
+                    origins.extend(v.origins.iter().cloned());
+                    values.push(v.var);
+                }
+                Err(msg) => return self.fail_step(step, &id, msg, started),
+            }
+        }
+        if values.iter().any(|v| *v == Var::Unknown) {
+            // Planning: how many iterations there will be is known only after apply.
+            self.claim_subtree(&id);
+            self.group_report(&id, Status::Planned, Some("iterations known after apply".to_owned()), started);
+            let mut out = Env::new();
+            out.insert(into.to_owned(), Val::unknown());
+            return Done::Ok(out);
+        }
+        let known: Vec<Value> = values.into_iter().map(|v| if let Var::Known(x) = v { x } else { Value::Null }).collect();
+        let bad = |msg: String| format!("{}: {msg}", self.loc(over_span));
+        // (segment of the id, bindings)
+        let iterations: Vec<(String, Vec<Value>)> = match over {
+            Over::Each(_) => match &known[0] {
+                Value::Array(items) => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        let bound = if vars.len() <= 1 {
+                            vec![item.clone()]
+                        } else {
+                            (0..vars.len())
+                                .map(|k| match item {
+                                    Value::Array(a) => a.get(k).cloned().unwrap_or(Value::Null),
+                                    Value::Object(m) => m.get(&vars[k]).cloned().unwrap_or(Value::Null),
+                                    _ => Value::Null,
+                                })
+                                .collect()
+                        };
+                        (i.to_string(), bound)
+                    })
+                    .collect(),
+                Value::Null => vec![],
+                other => return self.fail_step(step, &id, bad(format!("'each' needs an array, got {}", crate::types::kind_of(other))), started),
+            },
+            Over::EachPair(_) => match &known[0] {
+                Value::Object(m) => m.iter().map(|(k, v)| (k.clone(), vec![Value::String(k.clone()), v.clone()])).collect(),
+                Value::Null => vec![],
+                other => return self.fail_step(step, &id, bad(format!("'eachPair' needs a hash, got {}", crate::types::kind_of(other))), started),
+            },
+            Over::Times(_) | Over::Range(..) => {
+                let ints: Option<Vec<i64>> = known.iter().map(|v| crate::types::Type::INTEGER.coerce(v).ok().and_then(|x| x.as_i64())).collect();
+                let Some(ints) = ints else {
+                    return self.fail_step(step, &id, bad("'times' and 'range' need integers".to_owned()), started);
+                };
+                let (from, to) = if ints.len() == 1 { (0, ints[0]) } else { (ints[0], ints[1]) };
+                (from..to.max(from)).map(|i| (i.to_string(), vec![Value::from(i)])).collect()
+            }
+        };
+        let origins = Arc::new(origins.into_iter().collect::<Vec<_>>());
+        let mut futs = FuturesUnordered::new();
+        for (idx, (seg, bound)) in iterations.into_iter().enumerate() {
+            let mut e = env.clone();
+            for (name, v) in vars.iter().zip(bound) {
+                e.insert(name.clone(), Val { var: Var::Known(v), origins: origins.clone() });
+            }
+            let iid = format!("{id}/{seg}");
+            futs.push(async move { (idx, self.step(inner, e, iid).await) });
+        }
+        let mut results: Vec<(usize, Env)> = Vec::new();
+        let mut ok = true;
+        while let Some((idx, done)) = futs.next().await {
+            match done {
+                Done::Ok(r) => results.push((idx, r)),
+                _ => ok = false,
+            }
+        }
+        if !ok {
+            self.claim_subtree(&id);
+            self.group_report(&id, Status::Failed, Some("an iteration failed".to_owned()), started);
+            return Done::Failed;
+        }
+        results.sort_by_key(|(i, _)| *i);
+        let mut all_origins: BTreeSet<String> = BTreeSet::new();
+        let mut unknown = false;
+        let mut items = Vec::with_capacity(results.len());
+        for (_, r) in results {
+            let mut element = Map::new();
+            for ret in &inner.returns {
+                let v = r.get(&ret.name).cloned().unwrap_or_else(|| Val::known(Value::Null));
+                all_origins.extend(v.origins.iter().cloned());
+                match v.var {
+                    Var::Known(x) => {
+                        element.insert(ret.name.clone(), x);
+                    }
+                    Var::Unknown => unknown = true,
+                }
+            }
+            items.push(if inner.returns.len() == 1 {
+                element.into_iter().next().map(|(_, v)| v).unwrap_or(Value::Null)
+            } else {
+                Value::Object(element)
+            });
+        }
+        let mut out = Env::new();
+        let var = if unknown { Var::Unknown } else { Var::Known(Value::Array(items)) };
+        out.insert(into.to_owned(), Val { var, origins: Arc::new(all_origins.into_iter().collect()) });
+        Done::Ok(out)
+    }
+
+    async fn call(&self, step: &Step, target: &str, args: &[(String, Expr, Span)], env: Env, id: String) -> Done {
+        let started = Instant::now();
+        let Some(wf) = self.program.workflows.get(target) else {
+            return self.fail_step(step, &id, format!("{}: workflow '{target}' is not loaded", self.loc(step.span)), started);
+        };
+        let root = &wf.root;
+        let mut callee = Env::new();
+        for p in &root.params {
+            let v = if let Some((_, e, _)) = args.iter().find(|(n, _, _)| *n == p.name) {
+                self.resolve(e, &env)
+            } else {
+                match &p.source {
+                    ParamSource::Lookup(key) => lookup(self.data, key)
+                        .map(|v| Val::known(v.clone()))
+                        .ok_or_else(|| format!("{}: parameter '{}': lookup key '{key}' not found in the data", self.loc(p.span), p.name)),
+                    ParamSource::Value(e) => self.resolve(e, &Env::new()),
+                    ParamSource::Implicit => Ok(env.get(&p.name).cloned().unwrap_or_else(|| Val::known(Value::Null))),
+                }
+            };
+            let v = match v {
+                Ok(v) => v,
+                Err(msg) => return self.fail_step(step, &id, msg, started),
+            };
+            let v = match (&v.var, &p.ty) {
+                (Var::Known(x), Some(t)) => match t.coerce(x) {
+                    Ok(x) => Val { var: Var::Known(x), origins: v.origins },
+                    Err(e) => {
+                        let msg = format!("{}: parameter '{}' of '{target}' {e}", self.loc(p.span), p.name);
+                        return self.fail_step(step, &id, msg, started);
+                    }
+                },
+                _ => v,
+            };
+            callee.insert(p.name.clone(), v);
+        }
+        // The called workflow's steps live under the call step's id; a called top-level
+        // resource is the call step itself.
+        match self.body(root, callee, id.clone()).await {
+            Done::Ok(returned) => {
+                let mut out = Env::new();
+                for r in &step.returns {
+                    let src = r.source_name().unwrap_or(&r.name);
+                    out.insert(r.name.clone(), returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null)));
+                }
+                Done::Ok(out)
+            }
+            other => other,
+        }
+    }
+
+    async fn resource(&self, step: &Step, env: Env, id: String) -> Done {
+        let started = Instant::now();
+        let StepKind::Resource { type_name, value, external_id, .. } = &step.kind else { unreachable!("resource step") };
+        self.claim(&id);
+        let providers = self.engine.providers;
+        let (Some(schema), Some(provider)) = (providers.schemas().get(type_name), providers.get(type_name)) else {
+            return self.fail_step(step, &id, format!("{}: no provider for '{type_name}'", self.loc(step.span)), started);
+        };
+        // The desired state, with values not known yet (planning) set aside.
+        let mut desired = Map::new();
+        let mut unknown = Vec::new();
+        let mut origins: BTreeSet<String> = BTreeSet::new();
+        for v in env.values() {
+            origins.extend(v.origins.iter().cloned());
+        }
+        for a in value {
+            match self.resolve(&a.expr, &env) {
+                Ok(Val { var: Var::Known(v), .. }) => {
+                    let ty = schema.attribute(&a.name).map(|x| &x.ty);
+                    match coerce_opt(ty, &v) {
+                        Ok(v) => {
+                            desired.insert(a.name.clone(), v);
+                        }
+                        Err(e) => {
+                            let inner = if e.path.is_empty() { String::new() } else { format!(" at '{}'", e.path) };
+                            let msg = format!(
+                                "{}: attribute '{}'{inner} of {type_name} expects {}, got {}",
+                                self.loc(a.span),
+                                a.name,
+                                e.expected,
+                                e.found
+                            );
+                            return self.fail_step(step, &id, msg, started);
+                        }
+                    }
+                }
+                Ok(Val { var: Var::Unknown, .. }) => unknown.push(a.name.clone()),
+                Err(msg) => return self.fail_step(step, &id, msg, started),
+            }
+        }
+        let ext = match external_id {
+            None => None,
+            Some((e, _)) => match self.resolve(e, &env) {
+                Ok(Val { var: Var::Known(Value::String(s)), .. }) => Some(Some(s)),
+                Ok(Val { var: Var::Known(other), .. }) => Some(Some(other.to_string())),
+                Ok(Val { var: Var::Unknown, .. }) => Some(None),
+                Err(msg) => return self.fail_step(step, &id, msg, started),
+            },
+        };
+
+        let _permit = self.sem.acquire().await;
+        self.engine.observer.step_started(&id, type_name);
+        let cx = OpContext { deployment: self.deployment, step_id: &id, type_name: &schema.name };
+        let prior = self.prior.get(&id);
+        let depends_on: Vec<String> = origins.into_iter().filter(|o| *o != id).collect();
+        let err = |e: ProviderError| format!("{}: {type_name}: {e}", self.loc(step.span));
+
+        // Read-only resources: read, never create, update or delete.
+        if let Some(ext) = ext {
+            let Some(ext) = ext else {
+                return self.finish(step, &id, Action::Read, vec![], None, started, Env::new(), true);
+            };
+            let actual = match provider.read(&cx, &ext, prior.map(|p| &p.actual)).await {
+                Ok(Some(a)) => a,
+                Ok(None) => return self.fail_step(step, &id, format!("{}: {type_name} '{ext}' does not exist", self.loc(step.span)), started),
+                Err(e) => return self.fail_step(step, &id, err(e), started),
+            };
+            if self.mode == Mode::Apply {
+                let rec = ResourceRecord {
+                    step_id: id.clone(),
+                    type_name: schema.name.clone(),
+                    external_id: ext.clone(),
+                    desired: desired.clone(),
+                    actual: actual.clone(),
+                    depends_on,
+                    managed: false,
+                };
+                if prior != Some(&rec)
+                    && let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await
+                {
+                    return self.store_failed(step, &id, &e, started);
+                }
+            }
+            let returns = self.resource_returns(step, schema, Action::Read, &desired, &unknown, &actual, &id);
+            return self.finish(step, &id, Action::Read, vec![], Some(ext), started, returns, false);
+        }
+
+        // What is there now? A resource deleted behind our back is created again.
+        let current = match prior {
+            Some(rec) => match provider.read(&cx, &rec.external_id, Some(&rec.actual)).await {
+                Ok(a) => a.map(|a| (rec.external_id.clone(), a)),
+                Err(e) => return self.fail_step(step, &id, err(e), started),
+            },
+            None => None,
+        };
+        let (action, changes) = match &current {
+            None => (Action::Create, creation(schema, &desired, &unknown)),
+            Some((_, actual)) => {
+                let changes = diff(schema, &desired, &unknown, actual);
+                let action = if changes.iter().any(|c| c.forces_replace) {
+                    Action::Replace
+                } else if changes.is_empty() {
+                    Action::Noop
+                } else {
+                    Action::Update
+                };
+                (action, changes)
+            }
+        };
+        if self.mode == Mode::Plan {
+            let empty = Map::new();
+            let actual = current.as_ref().map_or(&empty, |(_, a)| a);
+            let returns = self.resource_returns(step, schema, action, &desired, &unknown, actual, &id);
+            let ext = current.map(|(e, _)| e);
+            return self.finish(step, &id, action, changes, ext, started, returns, false);
+        }
+
+        let result: Result<(String, Map), ProviderError> = async {
+            match (action, &current) {
+                (Action::Create, _) => provider.create(&cx, &desired).await.map(|c| (c.external_id, c.actual)),
+                (Action::Replace, Some((ext, actual))) => {
+                    provider.delete(&cx, ext, actual).await?;
+                    provider.create(&cx, &desired).await.map(|c| (c.external_id, c.actual))
+                }
+                (Action::Update, Some((ext, actual))) => provider.update(&cx, ext, &desired, actual).await.map(|a| (ext.clone(), a)),
+                (_, Some((ext, actual))) => Ok((ext.clone(), actual.clone())),
+                (_, None) => unreachable!("no-op needs a current resource"),
+            }
+        }
+        .await;
+        let (ext, actual) = match result {
+            Ok(r) => r,
+            // After a failed replace the old resource may be gone: the next run reads it,
+            // finds nothing and creates it.
+            Err(e) => return self.fail_step(step, &id, err(e), started),
+        };
+        let rec = ResourceRecord {
+            step_id: id.clone(),
+            type_name: schema.name.clone(),
+            external_id: ext.clone(),
+            desired: desired.clone(),
+            actual: actual.clone(),
+            depends_on,
+            managed: true,
+        };
+        // No-ops write only when the recorded state is stale (drift, new dependencies).
+        if action != Action::Noop || prior != Some(&rec) {
+            if let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await {
+                return self.store_failed(step, &id, &e, started);
+            }
+        }
+        let returns = self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id);
+        self.finish(step, &id, action, changes, Some(ext), started, returns, false)
+    }
+
+    fn store_failed(&self, step: &Step, id: &str, e: &StoreError, started: Instant) -> Done {
+        let msg = format!("recording '{id}' in the state failed: {e}");
+        *self.fatal.lock().expect("fatal lock") = Some(msg.clone());
+        self.fail_step(step, id, msg, started)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn resource_returns(
+        &self,
+        step: &Step,
+        schema: &ResourceSchema,
+        action: Action,
+        desired: &Map,
+        unknown: &[String],
+        actual: &Map,
+        id: &str,
+    ) -> Env {
+        let origins = Arc::new(vec![id.to_owned()]);
+        let mut out = Env::new();
+        for r in &step.returns {
+            let attr = r.source_name().unwrap_or(&r.name);
+            let var = if self.mode == Mode::Plan {
+                let provided = schema.attribute(attr).is_some_and(|a| a.provided);
+                if unknown.iter().any(|u| u == attr)
+                    || (matches!(action, Action::Create | Action::Replace) && provided && desired.get(attr).is_none_or(Value::is_null))
+                {
+                    Var::Unknown
+                } else {
+                    Var::Known(desired.get(attr).or_else(|| actual.get(attr)).cloned().unwrap_or(Value::Null))
+                }
+            } else {
+                Var::Known(actual.get(attr).or_else(|| desired.get(attr)).cloned().unwrap_or(Value::Null))
+            };
+            out.insert(r.name.clone(), Val { var, origins: origins.clone() });
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        step: &Step,
+        id: &str,
+        action: Action,
+        changes: Vec<AttrChange>,
+        external_id: Option<String>,
+        started: Instant,
+        returns: Env,
+        unknown_returns: bool,
+    ) -> Done {
+        let type_name = match &step.kind {
+            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
+            _ => None,
+        };
+        self.report(StepReport {
+            id: id.to_owned(),
+            type_name,
+            action,
+            status: if self.mode == Mode::Plan { Status::Planned } else { Status::Done },
+            external_id,
+            duration: started.elapsed(),
+            error: None,
+            changes,
+        });
+        if unknown_returns {
+            return Done::Ok(step.returns.iter().map(|r| (r.name.clone(), Val::unknown())).collect());
+        }
+        Done::Ok(returns)
+    }
+
+    /// Deletes `records` in reverse dependency order, concurrently where independent.
+    /// Returns false if anything could not be deleted.
+    async fn delete_all(&self, records: Vec<ResourceRecord>) -> bool {
+        let n = records.len();
+        let index: HashMap<&str, usize> = records.iter().enumerate().map(|(i, r)| (r.step_id.as_str(), i)).collect();
+        // blockers[i]: how many resources that depend on i are still to be deleted.
+        let mut blockers = vec![0usize; n];
+        let mut depends: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, r) in records.iter().enumerate() {
+            for d in &r.depends_on {
+                if let Some(&j) = index.get(d.as_str()) {
+                    depends[i].push(j);
+                    blockers[j] += 1;
+                }
+            }
+        }
+        let mut ready: Vec<usize> = (0..n).filter(|i| blockers[*i] == 0).collect();
+        ready.sort_by(|a, b| records[*b].step_id.cmp(&records[*a].step_id));
+        let mut failed = vec![false; n];
+        let mut ok = true;
+        let mut running = FuturesUnordered::new();
+        let records = &records;
+        loop {
+            while let Some(i) = ready.pop() {
+                running.push(async move { (i, self.delete_one(&records[i]).await) });
+            }
+            let Some((i, success)) = running.next().await else { break };
+            if !success {
+                ok = false;
+                failed[i] = true;
+            }
+            for &j in &depends[i] {
+                blockers[j] -= 1;
+                if failed[i] {
+                    failed[j] = true;
+                }
+                if blockers[j] == 0 {
+                    if failed[j] {
+                        // Something that uses it could not be deleted: keep it, and
+                        // everything it uses.
+                        self.keep(j, &depends, &mut blockers, &mut failed, records);
+                    } else {
+                        ready.push(j);
+                    }
+                }
+            }
+        }
+        ok
+    }
+
+    /// Reports `j` as kept and, once nothing else waits on them, everything it depends on.
+    fn keep(&self, j: usize, depends: &[Vec<usize>], blockers: &mut [usize], failed: &mut [bool], records: &[ResourceRecord]) {
+        let mut stack = vec![j];
+        while let Some(x) = stack.pop() {
+            self.report(StepReport {
+                id: records[x].step_id.clone(),
+                type_name: Some(records[x].type_name.clone()),
+                action: Action::Delete,
+                status: Status::Skipped,
+                external_id: Some(records[x].external_id.clone()),
+                duration: Duration::ZERO,
+                error: Some("kept because a resource that depends on it was not deleted".to_owned()),
+                changes: vec![],
+            });
+            for &k in &depends[x] {
+                blockers[k] -= 1;
+                failed[k] = true;
+                if blockers[k] == 0 {
+                    stack.push(k);
+                }
+            }
+        }
+    }
+
+    async fn delete_one(&self, rec: &ResourceRecord) -> bool {
+        let started = Instant::now();
+        if self.engine.cancel.load(Ordering::SeqCst) {
+            self.report(StepReport {
+                id: rec.step_id.clone(),
+                type_name: Some(rec.type_name.clone()),
+                action: Action::Delete,
+                status: Status::Skipped,
+                external_id: Some(rec.external_id.clone()),
+                duration: Duration::ZERO,
+                error: Some("the run was cancelled".to_owned()),
+                changes: vec![],
+            });
+            return false;
+        }
+        let action = if rec.managed { Action::Delete } else { Action::Forget };
+        let finish = |status: Status, error: Option<String>| StepReport {
+            id: rec.step_id.clone(),
+            type_name: Some(rec.type_name.clone()),
+            action,
+            status,
+            external_id: Some(rec.external_id.clone()),
+            duration: started.elapsed(),
+            error,
+            changes: vec![],
+        };
+        if self.mode == Mode::Plan {
+            self.report(finish(Status::Planned, None));
+            return true;
+        }
+        let _permit = self.sem.acquire().await;
+        self.engine.observer.step_started(&rec.step_id, &rec.type_name);
+        if rec.managed {
+            let Some(provider) = self.engine.providers.get(&rec.type_name) else {
+                self.report(finish(Status::Failed, Some(format!("no provider for '{}': cannot delete it", rec.type_name))));
+                return false;
+            };
+            let provider: &Arc<dyn Provider> = provider;
+            let cx = OpContext { deployment: self.deployment, step_id: &rec.step_id, type_name: &rec.type_name };
+            if let Err(e) = provider.delete(&cx, &rec.external_id, &rec.actual).await {
+                self.report(finish(Status::Failed, Some(format!("{}: {e}", rec.type_name))));
+                return false;
+            }
+        }
+        if let Err(e) = self.engine.store.remove_resource(self.deployment, &rec.step_id).await {
+            let msg = format!("forgetting '{}' in the state failed: {e}", rec.step_id);
+            *self.fatal.lock().expect("fatal lock") = Some(msg.clone());
+            self.report(finish(Status::Failed, Some(msg)));
+            return false;
+        }
+        self.report(finish(Status::Done, None));
+        true
+    }
+}
+
+/// Every return of a step, undefined (its guard was false).
+fn undefined_returns(step: &Step) -> Env {
+    match &step.kind {
+        StepKind::Collection { into, .. } => [(into.clone(), Val::known(Value::Null))].into_iter().collect(),
+        _ => step.returns.iter().map(|r| (r.name.clone(), Val::known(Value::Null))).collect(),
+    }
+}

@@ -1,0 +1,152 @@
+//! The workflow model that the YAML front end produces and the engine runs.
+//!
+//! A workflow is a tree of [`Step`]s. After [`crate::validate`] has run, every step knows the
+//! names it reads from its enclosing scope ([`Step::inputs`]) and every workflow knows which
+//! of its children depend on which ([`StepKind::Workflow::deps`]).
+
+use crate::diag::{FileId, Span};
+use crate::expr::Expr;
+use crate::guard::Guard;
+use crate::types::Type;
+
+/// A named, loaded workflow: the top-level step of one file.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    /// `a::b` for `workflows/a/b.yaml`.
+    pub name: String,
+    pub file: FileId,
+    pub root: Step,
+}
+
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub name: String,
+    /// Where the step is defined (its key, or the start of the file for a top-level step).
+    pub span: Span,
+    pub params: Vec<Param>,
+    pub returns: Vec<Return>,
+    pub when: Option<(Guard, Span)>,
+    pub kind: StepKind,
+    /// Filled in by validation: the names this step reads from its enclosing scope.
+    pub inputs: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum StepKind {
+    Workflow {
+        steps: Vec<Step>,
+        /// Filled in by validation: for each child, the indices of the children it depends on.
+        deps: Vec<Vec<usize>>,
+    },
+    Resource {
+        type_name: String,
+        type_span: Span,
+        value: Vec<Attr>,
+        external_id: Option<(Expr, Span)>,
+    },
+    Collection {
+        over: Over,
+        over_span: Span,
+        /// Names bound in each iteration.
+        vars: Vec<String>,
+        /// The name of the collected array (default: the step's name).
+        into: String,
+        step: Box<Step>,
+    },
+    Call {
+        target: String,
+        target_span: Span,
+        /// Arguments: called parameter name -> value in the caller's scope.
+        args: Vec<(String, Expr, Span)>,
+    },
+}
+
+impl StepKind {
+    pub fn label(&self) -> &'static str {
+        match self {
+            StepKind::Workflow { .. } => "workflow",
+            StepKind::Resource { .. } => "resource",
+            StepKind::Collection { .. } => "collection",
+            StepKind::Call { .. } => "call",
+        }
+    }
+}
+
+/// One attribute of a resource's desired state.
+#[derive(Debug, Clone)]
+pub struct Attr {
+    pub name: String,
+    pub span: Span,
+    pub expr: Expr,
+}
+
+/// What a collection iterates over.
+#[derive(Debug, Clone)]
+pub enum Over {
+    /// An array; each element is bound to the `as` names (destructured when several).
+    Each(Expr),
+    /// A hash; key and value are bound to the two `as` names.
+    EachPair(Expr),
+    /// `0..n`.
+    Times(Expr),
+    /// `a..b`, end exclusive.
+    Range(Expr, Expr),
+}
+
+impl Over {
+    pub fn exprs(&self) -> Vec<&Expr> {
+        match self {
+            Over::Each(e) | Over::EachPair(e) | Over::Times(e) => vec![e],
+            Over::Range(a, b) => vec![a, b],
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: String,
+    pub span: Span,
+    pub ty: Option<Type>,
+    pub source: ParamSource,
+}
+
+#[derive(Debug, Clone)]
+pub enum ParamSource {
+    /// The same-named variable of the enclosing scope (or, at the top level, the same-named
+    /// data key).
+    Implicit,
+    /// A key in the lookup data (`a.b.c`).
+    Lookup(String),
+    /// A value built in the enclosing scope.
+    Value(Expr),
+}
+
+#[derive(Debug, Clone)]
+pub struct Return {
+    /// The name this step produces in its enclosing scope.
+    pub name: String,
+    pub span: Span,
+    pub ty: Option<Type>,
+    pub source: ReturnSource,
+}
+
+#[derive(Debug, Clone)]
+pub enum ReturnSource {
+    /// From the attribute, inner variable or called return of the same name.
+    Same,
+    /// From the attribute, inner variable or called return named here.
+    Alias(String),
+    /// Built from inner variables (workflows only).
+    Value(Expr),
+}
+
+impl Return {
+    /// The attribute / inner name this return reads, unless it is built from a value.
+    pub fn source_name(&self) -> Option<&str> {
+        match &self.source {
+            ReturnSource::Same => Some(&self.name),
+            ReturnSource::Alias(a) => Some(a),
+            ReturnSource::Value(_) => None,
+        }
+    }
+}

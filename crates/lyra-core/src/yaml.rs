@@ -1,0 +1,542 @@
+//! The YAML front end: the original Lyra workflow language (see `original-lyra.md` §2), read
+//! with source positions so that every error names its file, line and column.
+//!
+//! The top level of a file is one step of any kind; the kind is chosen by key: `steps` →
+//! workflow, `each`/`eachPair`/`times`/`range` → collection, `call` → call, `resource` →
+//! resource. Unlike the original parser, unknown keys are errors.
+
+use marked_yaml::{LoaderOptions, Node, parse_yaml_with_options};
+use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode};
+
+use crate::diag::{Diagnostic, Diagnostics, FileId, Span};
+use crate::expr::{Expr, Ref};
+use crate::guard::Guard;
+use crate::model::{Attr, Over, Param, ParamSource, Return, ReturnSource, Step, StepKind, Workflow};
+use crate::types::Type;
+use crate::value::{Map, Value};
+
+const COMMON_KEYS: &[&str] = &["parameters", "returns", "when"];
+const COLLECTION_KEYS: &[&str] = &["each", "eachPair", "times", "range"];
+
+/// Parses one workflow file. `name` is the workflow's name (see [`workflow_name`]).
+pub fn parse_workflow(name: &str, file: FileId, text: &str) -> Result<Workflow, Diagnostics> {
+    let node = load(file, text)?;
+    let mut fe = FrontEnd { file, diags: Diagnostics::default() };
+    let span = Span::new(file, 1, 1);
+    let root = match node.as_mapping() {
+        Some(map) => fe.step(name, span, map),
+        None => {
+            fe.diags.error(fe.span(&node), "a workflow file must be a mapping (a step)");
+            None
+        }
+    };
+    match root {
+        Some(root) if fe.diags.is_empty() => Ok(Workflow { name: name.to_owned(), file, root }),
+        _ => Err(fe.diags.sorted()),
+    }
+}
+
+/// Parses a data file (`data.yaml`): any mapping of values.
+pub fn parse_data(file: FileId, text: &str) -> Result<Map, Diagnostics> {
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    let node = load(file, text)?;
+    match value_of(&node) {
+        Value::Object(m) => Ok(m),
+        _ => {
+            let mut d = Diagnostics::default();
+            d.error(Span::new(file, 1, 1), "a data file must be a mapping");
+            Err(d)
+        }
+    }
+}
+
+/// Parses a YAML value given on the command line or in data (no positions needed).
+pub fn parse_value(text: &str) -> Result<Value, String> {
+    let wrapped = format!("v: {text}");
+    let node = parse_yaml_with_options(0, &wrapped, LoaderOptions::default().error_on_duplicate_keys(true).prevent_coercion(true))
+        .map_err(|e| e.to_string())?;
+    Ok(node.as_mapping().and_then(|m| m.get_node("v")).map(value_of).unwrap_or(Value::Null))
+}
+
+/// `a/b.yaml` (relative to a load path) → `a::b`.
+pub fn workflow_name(relative_path: &str) -> String {
+    let trimmed = relative_path.trim_start_matches("./");
+    let stem = trimmed.strip_suffix(".yaml").or_else(|| trimmed.strip_suffix(".yml")).unwrap_or(trimmed);
+    stem.replace(['/', '\\'], "::")
+}
+
+fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
+    let opts = LoaderOptions::default().error_on_duplicate_keys(true).prevent_coercion(true);
+    if text.trim().is_empty() {
+        let mut d = Diagnostics::default();
+        d.error(Span::new(file, 1, 1), "the file is empty");
+        return Err(d);
+    }
+    parse_yaml_with_options(file.0 as usize, text, opts).map_err(|e| {
+        use marked_yaml::LoadError::*;
+        let (marker, msg) = match &e {
+            TopLevelMustBeMapping(m) => (Some(*m), "the top level must be a mapping".to_owned()),
+            TopLevelMustBeSequence(m) => (Some(*m), "the top level must be a sequence".to_owned()),
+            UnexpectedAnchor(m) => (Some(*m), "YAML anchors are not supported".to_owned()),
+            MappingKeyMustBeScalar(m) => (Some(*m), "mapping keys must be plain scalars".to_owned()),
+            UnexpectedTag(m) => (Some(*m), "YAML tags are not supported".to_owned()),
+            ScanError(m, _) => {
+                let full = e.to_string();
+                // The scanner's text repeats the position; keep the description only.
+                let desc = full.split_once(": ").map_or(full.as_str(), |(_, d)| d).to_owned();
+                (Some(*m), format!("malformed YAML: {desc}"))
+            }
+            DuplicateKey(inner) => (
+                inner.key.span().start().copied(),
+                format!(
+                    "duplicate key '{}' (first defined at line {})",
+                    inner.key.as_str(),
+                    inner.prev_key.span().start().map_or(0, |m| m.line())
+                ),
+            ),
+        };
+        let span = marker.map_or(Span::new(file, 1, 1), |m| Span::new(file, m.line() as u32, m.column() as u32));
+        let mut d = Diagnostics::default();
+        d.error(span, msg);
+        d
+    })
+}
+
+/// A YAML node's data value: plain scalars are typed (null, booleans, numbers), quoted ones
+/// are strings.
+pub(crate) fn value_of(node: &Node) -> Value {
+    match node {
+        Node::Scalar(s) => scalar_value(s),
+        Node::Sequence(seq) => Value::Array(seq.iter().map(value_of).collect()),
+        Node::Mapping(m) => Value::Object(m.iter().map(|(k, v)| (k.as_str().to_owned(), value_of(v))).collect()),
+    }
+}
+
+fn scalar_value(s: &MarkedScalarNode) -> Value {
+    let text = s.as_str();
+    if !s.may_coerce() {
+        return Value::String(text.to_owned());
+    }
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        _ => {}
+    }
+    let looks_numeric = text.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+' || c == '.');
+    if looks_numeric {
+        if let Ok(i) = text.parse::<i64>() {
+            return Value::from(i);
+        }
+        if text.chars().any(|c| c.is_ascii_digit())
+            && let Ok(f) = text.parse::<f64>()
+            && let Some(n) = serde_json::Number::from_f64(f)
+        {
+            return Value::Number(n);
+        }
+    }
+    Value::String(text.to_owned())
+}
+
+struct FrontEnd {
+    file: FileId,
+    diags: Diagnostics,
+}
+
+impl FrontEnd {
+    fn span(&self, node: &Node) -> Span {
+        self.marker_span(node.span().start())
+    }
+
+    fn key_span(&self, key: &MarkedScalarNode) -> Span {
+        self.marker_span(key.span().start())
+    }
+
+    fn marker_span(&self, m: Option<&marked_yaml::Marker>) -> Span {
+        m.map_or(Span::new(self.file, 0, 0), |m| Span::new(self.file, m.line() as u32, m.column() as u32))
+    }
+
+    fn err(&mut self, span: Span, msg: impl Into<String>) {
+        self.diags.push(Diagnostic::new(span, msg));
+    }
+
+    fn expr(&mut self, node: &Node) -> Expr {
+        match node {
+            Node::Scalar(s) => {
+                let span = self.key_span(s);
+                if s.as_str().starts_with('$') {
+                    if let Some(r) = Ref::parse(s.as_str(), span) {
+                        return Expr::Ref(r);
+                    }
+                }
+                Expr::Lit(scalar_value(s))
+            }
+            Node::Sequence(seq) => {
+                let items: Vec<Expr> = seq.iter().map(|n| self.expr(n)).collect();
+                if items.iter().all(Expr::is_literal) {
+                    Expr::Lit(value_of(node))
+                } else {
+                    Expr::Array(items)
+                }
+            }
+            Node::Mapping(m) => {
+                let fields: Vec<(String, Expr)> = m.iter().map(|(k, v)| (k.as_str().to_owned(), self.expr(v))).collect();
+                if fields.iter().all(|(_, e)| e.is_literal()) {
+                    Expr::Lit(value_of(node))
+                } else {
+                    Expr::Object(fields)
+                }
+            }
+        }
+    }
+
+    fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        match node.as_scalar() {
+            Some(s) if !s.as_str().is_empty() => Some(s.as_str().to_owned()),
+            _ => {
+                self.err(self.span(node), format!("{what} must be a string"));
+                None
+            }
+        }
+    }
+
+    fn names(&mut self, node: &Node, what: &str) -> Vec<(String, Span)> {
+        match node {
+            Node::Scalar(s) if !s.as_str().is_empty() => vec![(s.as_str().to_owned(), self.key_span(s))],
+            Node::Sequence(seq) => seq
+                .iter()
+                .filter_map(|n| self.string(n, what).map(|s| (s, self.span(n))))
+                .collect(),
+            _ => {
+                self.err(self.span(node), format!("{what} must be a name or a list of names"));
+                Vec::new()
+            }
+        }
+    }
+
+    fn ty(&mut self, node: &Node) -> Option<Type> {
+        let src = self.string(node, "a type")?;
+        match Type::parse(&src) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.err(self.span(node), format!("bad type: {e}"));
+                None
+            }
+        }
+    }
+
+    fn step(&mut self, name: &str, span: Span, map: &MarkedMappingNode) -> Option<Step> {
+        let has = |k: &str| map.get_node(k).is_some();
+        let coll_keys: Vec<&str> = COLLECTION_KEYS.iter().copied().filter(|k| has(k)).collect();
+        let kinds = [has("steps"), !coll_keys.is_empty(), has("call"), has("resource")];
+        if kinds.iter().filter(|k| **k).count() > 1 {
+            self.err(span, format!("step '{name}' mixes step kinds: use only one of 'steps', 'resource', 'call', or a collection key"));
+            return None;
+        }
+        if coll_keys.len() > 1 {
+            self.err(span, format!("step '{name}' has several collection keys: {}", coll_keys.join(", ")));
+            return None;
+        }
+        let (allowed, is_call): (&[&str], bool) = if kinds[0] {
+            (&["steps"], false)
+        } else if kinds[1] {
+            (&["each", "eachPair", "times", "range", "as", "into", "step"], false)
+        } else if kinds[2] {
+            (&["call"], true)
+        } else if kinds[3] {
+            (&["resource", "value", "external_id"], false)
+        } else {
+            self.err(
+                span,
+                format!("step '{name}' must contain one of the keys 'steps', 'resource', 'call', 'each', 'eachPair', 'times' or 'range'"),
+            );
+            return None;
+        };
+        for (k, _) in map.iter() {
+            if !allowed.contains(&k.as_str()) && !COMMON_KEYS.contains(&k.as_str()) {
+                let kind = if kinds[0] { "workflow" } else if kinds[1] { "collection" } else if kinds[2] { "call" } else { "resource" };
+                let mut all: Vec<&str> = allowed.to_vec();
+                all.extend(COMMON_KEYS);
+                self.diags.push(
+                    Diagnostic::new(self.key_span(k), format!("unknown key '{}' in {kind} step '{name}'", k.as_str()))
+                        .with_help(format!("a {kind} step takes: {}", all.join(", "))),
+                );
+            }
+        }
+
+        let params = map.get_node("parameters").map(|n| self.params(n, is_call)).unwrap_or_default();
+        let returns = map.get_node("returns").map(|n| self.returns(n)).unwrap_or_default();
+        let when = map.get_node("when").and_then(|n| {
+            let src = self.string(n, "'when'")?;
+            let at = self.span(n);
+            match Guard::parse(&src) {
+                Ok(g) => Some((g, at)),
+                Err((off, msg)) => {
+                    // Point into the guard text when it is on one line.
+                    let quoted = n.as_scalar().is_some_and(|s| !s.may_coerce());
+                    self.err(at.shifted(off + usize::from(quoted)), format!("bad guard '{src}': {msg}"));
+                    None
+                }
+            }
+        });
+
+        let kind = if kinds[0] {
+            let mut steps = Vec::new();
+            match map.get_node("steps") {
+                Some(Node::Mapping(children)) => {
+                    for (k, v) in children.iter() {
+                        let cspan = self.key_span(k);
+                        match v.as_mapping() {
+                            Some(m) => {
+                                if let Some(s) = self.step(k.as_str(), cspan, m) {
+                                    steps.push(s);
+                                }
+                            }
+                            None => self.err(self.span(v), format!("step '{}' must be a mapping", k.as_str())),
+                        }
+                    }
+                }
+                // `steps:` with nothing under it: a workflow of parameters and returns only.
+                Some(Node::Scalar(s)) if s.as_str().is_empty() => {}
+                Some(other) => self.err(self.span(other), "'steps' must be a mapping of step names to steps"),
+                None => {}
+            }
+            let n = steps.len();
+            StepKind::Workflow { steps, deps: vec![Vec::new(); n] }
+        } else if kinds[1] {
+            self.collection(name, span, map, coll_keys[0])?
+        } else if kinds[2] {
+            let node = map.get_node("call").expect("checked");
+            let target_span = self.span(node);
+            let target = match node.as_scalar() {
+                Some(s) if s.as_str().is_empty() => name.to_owned(),
+                _ => self.string(node, "'call'")?,
+            };
+            let args = params
+                .iter()
+                .map(|p| {
+                    let e = match &p.source {
+                        ParamSource::Value(e) => e.clone(),
+                        ParamSource::Lookup(_) | ParamSource::Implicit => Expr::Ref(Ref { name: p.name.clone(), path: vec![], span: p.span }),
+                    };
+                    (p.name.clone(), e, p.span)
+                })
+                .collect();
+            StepKind::Call { target, target_span, args }
+        } else {
+            let tnode = map.get_node("resource").expect("checked");
+            let type_span = self.span(tnode);
+            let type_name = self.string(tnode, "'resource'")?;
+            let mut value = Vec::new();
+            match map.get_node("value") {
+                Some(Node::Mapping(m)) => {
+                    for (k, v) in m.iter() {
+                        value.push(Attr { name: k.as_str().to_owned(), span: self.key_span(k), expr: self.expr(v) });
+                    }
+                }
+                Some(Node::Scalar(s)) if s.as_str().is_empty() => {}
+                Some(other) => self.err(self.span(other), "'value' must be a mapping of attribute names to values"),
+                None => {}
+            }
+            let external_id = map.get_node("external_id").map(|n| (self.expr(n), self.span(n)));
+            StepKind::Resource { type_name, type_span, value, external_id }
+        };
+        // Call arguments were taken from `parameters`; the step itself has none of its own.
+        let params = if is_call { Vec::new() } else { params };
+        Some(Step { name: name.to_owned(), span, params, returns, when, kind, inputs: Vec::new() })
+    }
+
+    fn collection(&mut self, name: &str, span: Span, map: &MarkedMappingNode, key: &str) -> Option<StepKind> {
+        let node = map.get_node(key).expect("checked");
+        let over_span = self.span(node);
+        let over = match key {
+            "each" => Over::Each(self.expr(node)),
+            "eachPair" => Over::EachPair(self.expr(node)),
+            "times" => Over::Times(self.expr(node)),
+            _ => match node.as_sequence() {
+                Some(seq) if seq.len() == 2 => Over::Range(self.expr(&seq[0]), self.expr(&seq[1])),
+                _ => {
+                    self.err(over_span, "'range' must be a list of two integers [from, to]");
+                    return None;
+                }
+            },
+        };
+        let vars: Vec<String> = map.get_node("as").map(|n| self.names(n, "'as'")).unwrap_or_default().into_iter().map(|(n, _)| n).collect();
+        match key {
+            "each" if vars.is_empty() => self.err(span, format!("collection '{name}' needs 'as' to name each element")),
+            "eachPair" if vars.len() != 2 => self.err(span, format!("collection '{name}' needs 'as: [key, value]' for eachPair")),
+            "times" | "range" if vars.len() > 1 => self.err(span, format!("collection '{name}' binds only the index: give one name in 'as'")),
+            _ => {}
+        }
+        let into = match map.get_node("into") {
+            Some(n) => self.string(n, "'into'")?,
+            None => name.to_owned(),
+        };
+        let step = match map.get_node("step") {
+            Some(Node::Mapping(m)) => self.step(name, self.marker_span(m.span().start()), m)?,
+            Some(other) => {
+                self.err(self.span(other), "'step' must be a mapping (the step to repeat)");
+                return None;
+            }
+            None => {
+                self.err(span, format!("collection '{name}' needs a 'step' to repeat"));
+                return None;
+            }
+        };
+        Some(StepKind::Collection { over, over_span, vars, into, step: Box::new(step) })
+    }
+
+    fn params(&mut self, node: &Node, is_call: bool) -> Vec<Param> {
+        match node {
+            Node::Mapping(m) => {
+                let mut out = Vec::new();
+                for (k, v) in m.iter() {
+                    let span = self.key_span(k);
+                    let name = k.as_str().to_owned();
+                    let mut p = Param { name: name.clone(), span, ty: None, source: ParamSource::Implicit };
+                    match v {
+                        // On a call, `local: calledName`: the called parameter `calledName`
+                        // takes the caller's `$local`.
+                        Node::Scalar(s) if is_call && !s.as_str().is_empty() => {
+                            p.name = s.as_str().to_owned();
+                            p.source = ParamSource::Value(Expr::Ref(Ref { name, path: vec![], span }));
+                        }
+                        // Elsewhere the May 2019 shorthand `name: Type`.
+                        Node::Scalar(s) if !s.as_str().is_empty() => p.ty = self.ty(v),
+                        Node::Scalar(_) => {}
+                        Node::Mapping(pm) => {
+                            for (pk, pv) in pm.iter() {
+                                match pk.as_str() {
+                                    "type" => p.ty = self.ty(pv),
+                                    "lookup" => {
+                                        p.source = match pv {
+                                            Node::Sequence(seq) if !seq.is_empty() => match self.string(&seq[0], "'lookup'") {
+                                                Some(key) => ParamSource::Lookup(key),
+                                                None => continue,
+                                            },
+                                            _ => match self.string(pv, "'lookup'") {
+                                                Some(key) => ParamSource::Lookup(key),
+                                                None => continue,
+                                            },
+                                        }
+                                    }
+                                    "value" => p.source = ParamSource::Value(self.expr(pv)),
+                                    other => self.diags.push(
+                                        Diagnostic::new(self.key_span(pk), format!("unknown key '{other}' in parameter '{name}'"))
+                                            .with_help("a parameter takes: type, lookup, value"),
+                                    ),
+                                }
+                            }
+                        }
+                        Node::Sequence(_) => self.err(self.span(v), format!("parameter '{name}' must be a type or a mapping")),
+                    }
+                    out.push(p);
+                }
+                out
+            }
+            _ => self
+                .names(node, "'parameters'")
+                .into_iter()
+                .map(|(name, span)| Param { name, span, ty: None, source: ParamSource::Implicit })
+                .collect(),
+        }
+    }
+
+    fn returns(&mut self, node: &Node) -> Vec<Return> {
+        match node {
+            Node::Mapping(m) => {
+                let mut out = Vec::new();
+                for (k, v) in m.iter() {
+                    let span = self.key_span(k);
+                    let mut r = Return { name: k.as_str().to_owned(), span, ty: None, source: ReturnSource::Same };
+                    match v {
+                        Node::Scalar(s) if s.as_str().is_empty() => {}
+                        Node::Scalar(s) => r.source = ReturnSource::Alias(s.as_str().to_owned()),
+                        Node::Mapping(rm) => {
+                            for (rk, rv) in rm.iter() {
+                                match rk.as_str() {
+                                    "type" => r.ty = self.ty(rv),
+                                    "value" => r.source = ReturnSource::Value(self.expr(rv)),
+                                    "alias" => {
+                                        if let Some(a) = self.string(rv, "'alias'") {
+                                            r.source = ReturnSource::Alias(a);
+                                        }
+                                    }
+                                    other => self.diags.push(
+                                        Diagnostic::new(self.key_span(rk), format!("unknown key '{other}' in return '{}'", r.name))
+                                            .with_help("a return takes: type, value, alias"),
+                                    ),
+                                }
+                            }
+                        }
+                        Node::Sequence(_) => self.err(self.span(v), format!("return '{}' must be a name or a mapping", r.name)),
+                    }
+                    out.push(r);
+                }
+                out
+            }
+            _ => self
+                .names(node, "'returns'")
+                .into_iter()
+                .map(|(name, span)| Return { name, span, ty: None, source: ReturnSource::Same })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(text: &str) -> Result<Workflow, Diagnostics> {
+        parse_workflow("t", FileId(0), text)
+    }
+
+    #[test]
+    fn scalars_are_typed_unless_quoted() {
+        let v = parse_value("{a: 1, b: '1', c: true, d: 1.5, e: ~, f: 8G, g: '10.0.0.2', h: 10.0.0.1}").unwrap();
+        assert_eq!(v, json!({"a": 1, "b": "1", "c": true, "d": 1.5, "e": null, "f": "8G", "g": "10.0.0.2", "h": "10.0.0.1"}));
+    }
+
+    #[test]
+    fn detects_kinds_and_refs() {
+        let wf = parse(
+            "parameters: {p: {type: 'Hash[String,String]', lookup: a.b}}\nreturns: [x]\nsteps:\n  s:\n    returns: {x: id}\n    resource: Null::Resource\n    value:\n      input: [$p.k, 2]\n",
+        )
+        .unwrap();
+        let StepKind::Workflow { steps, .. } = &wf.root.kind else { panic!() };
+        let StepKind::Resource { value, .. } = &steps[0].kind else { panic!() };
+        let refs = value[0].expr.refs();
+        assert_eq!(refs[0].name, "p");
+        assert_eq!(refs[0].span, Span::new(FileId(0), 8, 15));
+        assert!(matches!(wf.root.params[0].source, ParamSource::Lookup(ref k) if k == "a.b"));
+    }
+
+    #[test]
+    fn reports_unknown_keys_and_missing_kind_together() {
+        let err = parse("steps:\n  a:\n    resource: X\n    vaule: {}\n  b:\n    returns: x\n").unwrap_err();
+        let msgs: Vec<&str> = err.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(msgs[0].contains("unknown key 'vaule'"));
+        assert_eq!((err.0[0].span.line, err.0[0].span.col), (4, 5));
+        assert!(msgs[1].contains("must contain one of the keys"));
+    }
+
+    #[test]
+    fn malformed_yaml_has_a_position() {
+        let err = parse("steps:\n  a: [1, 2\n").unwrap_err();
+        assert!(err.0[0].message.starts_with("malformed YAML"), "{err}");
+        assert!(err.0[0].span.line >= 2);
+        let err = parse("steps: {}\nsteps: {}\n").unwrap_err();
+        assert!(err.0[0].message.contains("duplicate key 'steps'"), "{err}");
+    }
+
+    #[test]
+    fn names_from_paths() {
+        assert_eq!(workflow_name("a/b.yaml"), "a::b");
+        assert_eq!(workflow_name("foobernetes.yaml"), "foobernetes");
+    }
+}

@@ -1,0 +1,516 @@
+//! The behavioural contract of a [`StateStore`], written once for every backend.
+//!
+//! Each check takes an **empty** store, exercises one behaviour through the trait only and
+//! panics on a violation. Backends call them from their own tests (see `sqlite/tests.rs`), so
+//! the future Postgres store is held to exactly what the SQLite one is. Built for this crate's
+//! tests and with the `conformance` feature.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use lyra_core::state::{
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore,
+    StoreErrorKind,
+};
+use lyra_core::value::{Map, Value};
+use serde_json::json;
+
+/// A small resource record whose content depends on `step_id`.
+pub fn resource(step_id: &str) -> ResourceRecord {
+    ResourceRecord {
+        step_id: step_id.to_owned(),
+        type_name: "Test::Thing".to_owned(),
+        external_id: format!("ext-{step_id}"),
+        desired: map(json!({ "name": step_id, "size": 3 })),
+        actual: map(json!({ "name": step_id, "size": 3, "id": format!("ext-{step_id}") })),
+        depends_on: Vec::new(),
+        managed: true,
+    }
+}
+
+/// The start of an apply of workflow `wf` by `tester`.
+pub fn apply(deployment: &str, wf: &str) -> RunStart {
+    RunStart {
+        deployment: deployment.to_owned(),
+        workflow: Some(wf.to_owned()),
+        operation: Operation::Apply,
+        actor: "tester@host".to_owned(),
+    }
+}
+
+fn map(value: Value) -> Map {
+    match value {
+        Value::Object(m) => m,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn now_ms() -> i64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970");
+    i64::try_from(since.as_millis()).expect("millis fit i64")
+}
+
+async fn load(store: &dyn StateStore, deployment: &str) -> DeploymentState {
+    store
+        .load(deployment)
+        .await
+        .expect("load")
+        .unwrap_or_else(|| panic!("deployment {deployment} missing"))
+}
+
+/// Loading a deployment that was never applied gives `None`, and its history is empty.
+pub async fn load_unknown_is_none(store: &dyn StateStore) {
+    assert_eq!(store.load("nobody").await.expect("load"), None);
+    assert!(store.history("nobody").await.expect("history").is_empty());
+    assert!(store.list().await.expect("list").is_empty());
+}
+
+/// `begin_run` creates the deployment, recording the workflow, and a running history entry.
+pub async fn begin_run_creates_deployment(store: &dyn StateStore) {
+    let before = now_ms();
+    let id = store.begin_run(&apply("web", "site")).await.expect("begin_run");
+    let after = now_ms();
+
+    let state = load(store, "web").await;
+    assert_eq!(state.name, "web");
+    assert_eq!(state.workflow.as_deref(), Some("site"));
+    assert!(state.resources.is_empty());
+
+    let history = store.history("web").await.expect("history");
+    assert_eq!(history.len(), 1);
+    let run = &history[0];
+    assert_eq!(run.id, id);
+    assert_eq!(run.deployment, "web");
+    assert_eq!(run.workflow.as_deref(), Some("site"));
+    assert_eq!(run.operation, Operation::Apply);
+    assert_eq!(run.actor, "tester@host");
+    assert!(
+        (before..=after).contains(&run.started_at),
+        "started_at {}",
+        run.started_at
+    );
+    assert_eq!(run.finished_at, None);
+    assert_eq!(run.outcome, None);
+    assert_eq!(run.counts, ChangeCounts::default());
+    assert!(run.changes.is_empty());
+    assert_eq!(run.error, None);
+}
+
+/// The deployment's workflow is the one last *applied*: a delete run does not change it.
+pub async fn workflow_follows_applies(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "one")).await.expect("begin_run");
+    store.begin_run(&apply("d", "two")).await.expect("begin_run");
+    assert_eq!(load(store, "d").await.workflow.as_deref(), Some("two"));
+    let delete = RunStart {
+        deployment: "d".to_owned(),
+        workflow: None,
+        operation: Operation::Delete,
+        actor: "tester@host".to_owned(),
+    };
+    store.begin_run(&delete).await.expect("begin_run");
+    assert_eq!(load(store, "d").await.workflow.as_deref(), Some("two"));
+    assert_eq!(
+        store.history("d").await.expect("history")[0].operation,
+        Operation::Delete
+    );
+}
+
+/// A record with awkward content: nested maps and arrays, unicode everywhere, extreme
+/// numbers, a 1 MiB string and key order that is not alphabetical.
+pub fn awkward_resource() -> ResourceRecord {
+    let big = "λ".repeat(512 * 1024); // 1 MiB of UTF-8
+    let mut deep = json!({ "leaf": true });
+    for i in 0..60 {
+        deep = json!({ format!("level{i}"): deep, "list": [i, null, "x"] });
+    }
+    ResourceRecord {
+        step_id: "servers/0/磁盘 🚀".to_owned(),
+        type_name: "Ns::Ünïcode".to_owned(),
+        external_id: "arn:aws:x:y/ζ\"quoted\"\\slash\n".to_owned(),
+        desired: map(json!({
+            "zeta": 1,
+            "alpha": { "nested": { "deeper": [1, 2, { "k": "v" }] }, "empty": {} },
+            "emoji 😀": "e\u{301}tude \u{1F600} \t tab",
+            "numbers": [0, -1, u64::MAX, i64::MIN, 0.5, -3.75e10, 1e300],
+            "null": null,
+            "bools": [true, false],
+            "big": big,
+            "deep": deep,
+        })),
+        actual: map(json!({ "id": "i-123", "tags": { "Name": "ça va", "": "empty key" } })),
+        depends_on: vec!["network".to_owned(), "servers/0/ディスク".to_owned()],
+        managed: false,
+    }
+}
+
+/// Every field of a record comes back exactly, including key order.
+pub async fn resource_round_trip(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let record = awkward_resource();
+    store.put_resource("d", &record).await.expect("put_resource");
+
+    let state = load(store, "d").await;
+    assert_eq!(state.resources.len(), 1);
+    let back = &state.resources[0];
+    assert_eq!(back, &record);
+    let keys = |m: &Map| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&back.desired), keys(&record.desired), "key order");
+    assert_eq!(state.resource(&record.step_id), Some(&record));
+}
+
+/// A second put of the same step replaces every field; others are untouched.
+pub async fn replace_resource(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    store.put_resource("d", &resource("a")).await.expect("put");
+    store.put_resource("d", &resource("b")).await.expect("put");
+    let replacement = ResourceRecord {
+        step_id: "a".to_owned(),
+        type_name: "Other::Type".to_owned(),
+        external_id: "new-id".to_owned(),
+        desired: map(json!({ "only": "this" })),
+        actual: Map::new(),
+        depends_on: vec!["b".to_owned()],
+        managed: false,
+    };
+    store.put_resource("d", &replacement).await.expect("put");
+    let state = load(store, "d").await;
+    assert_eq!(state.resources, vec![replacement, resource("b")]);
+}
+
+/// Removing forgets one resource; removing an absent one is not an error.
+pub async fn remove_resource(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    for id in ["a", "b", "c"] {
+        store.put_resource("d", &resource(id)).await.expect("put");
+    }
+    store.remove_resource("d", "b").await.expect("remove");
+    store.remove_resource("d", "b").await.expect("remove again");
+    store.remove_resource("d", "never").await.expect("remove absent");
+    let state = load(store, "d").await;
+    assert_eq!(state.resources, vec![resource("a"), resource("c")]);
+    // Removing in an unknown deployment does not create it.
+    store
+        .remove_resource("ghost", "a")
+        .await
+        .expect("remove in unknown deployment");
+    assert_eq!(store.load("ghost").await.expect("load"), None);
+}
+
+/// `load` lists resources by step id, whatever the write order.
+pub async fn resources_sorted_by_step_id(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let ids = ["m", "a/1", "z", "a/10", "a/2", "a", "B", "é"];
+    for id in ids {
+        store.put_resource("d", &resource(id)).await.expect("put");
+    }
+    let got: Vec<String> = load(store, "d")
+        .await
+        .resources
+        .into_iter()
+        .map(|r| r.step_id)
+        .collect();
+    let mut want: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+/// Two deployments of one workflow with the same step ids never see each other's records.
+pub async fn deployments_are_isolated(store: &dyn StateStore) {
+    store.begin_run(&apply("blue", "wf")).await.expect("begin_run");
+    store.begin_run(&apply("green", "wf")).await.expect("begin_run");
+    let mut blue = resource("server");
+    blue.external_id = "blue-id".to_owned();
+    let mut green = resource("server");
+    green.external_id = "green-id".to_owned();
+    store.put_resource("blue", &blue).await.expect("put");
+    store.put_resource("green", &green).await.expect("put");
+    store.put_resource("green", &resource("only-green")).await.expect("put");
+
+    assert_eq!(load(store, "blue").await.resources, vec![blue.clone()]);
+    store.remove_resource("green", "server").await.expect("remove");
+    assert_eq!(load(store, "blue").await.resources, vec![blue]);
+    assert_eq!(load(store, "green").await.resources, vec![resource("only-green")]);
+    assert_eq!(store.history("blue").await.expect("history").len(), 1);
+}
+
+/// `list` gives every deployment by name, with its resource count and last run.
+pub async fn list_sorted_with_counts_and_last_run(store: &dyn StateStore) {
+    for name in ["zeta", "alpha", "k8s/default/web"] {
+        store
+            .begin_run(&apply(name, &format!("wf-{name}")))
+            .await
+            .expect("begin_run");
+    }
+    let last = store.begin_run(&apply("alpha", "wf-alpha-2")).await.expect("begin_run");
+    for id in ["x", "y"] {
+        store.put_resource("alpha", &resource(id)).await.expect("put");
+    }
+    store.put_resource("zeta", &resource("x")).await.expect("put");
+    store
+        .finish_run(
+            last,
+            &RunEnd {
+                outcome: Outcome::Succeeded,
+                counts: ChangeCounts {
+                    created: 2,
+                    ..Default::default()
+                },
+                changes: vec![],
+                error: None,
+            },
+        )
+        .await
+        .expect("finish_run");
+
+    let list = store.list().await.expect("list");
+    let names: Vec<&str> = list.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["alpha", "k8s/default/web", "zeta"]);
+    let counts: Vec<usize> = list.iter().map(|d| d.resources).collect();
+    assert_eq!(counts, [2, 0, 1]);
+    assert_eq!(list[0].workflow.as_deref(), Some("wf-alpha-2"));
+    for summary in &list {
+        let history = store.history(&summary.name).await.expect("history");
+        assert_eq!(summary.last_run.as_ref(), history.first(), "{}", summary.name);
+    }
+    let alpha_last = list[0].last_run.as_ref().expect("alpha has runs");
+    assert_eq!(alpha_last.id, last);
+    assert_eq!(alpha_last.outcome, Some(Outcome::Succeeded));
+}
+
+/// History is per deployment, newest first, and run ids grow.
+pub async fn history_newest_first(store: &dyn StateStore) {
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            store
+                .begin_run(&apply("d", &format!("wf{i}")))
+                .await
+                .expect("begin_run"),
+        );
+        store.begin_run(&apply("other", "wf")).await.expect("begin_run");
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids grow: {ids:?}");
+    let history = store.history("d").await.expect("history");
+    let got: Vec<_> = history.iter().map(|r| r.id).collect();
+    ids.reverse();
+    assert_eq!(got, ids);
+    assert_eq!(history[0].workflow.as_deref(), Some("wf4"));
+    assert!(history.iter().all(|r| r.deployment == "d"));
+    assert!(history.windows(2).all(|w| w[0].started_at >= w[1].started_at));
+}
+
+/// `finish_run` records the outcome, counts, changes and error.
+pub async fn finish_run_records_end(store: &dyn StateStore) {
+    let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let end = RunEnd {
+        outcome: Outcome::Failed,
+        counts: ChangeCounts {
+            created: 1,
+            updated: 2,
+            replaced: 3,
+            deleted: 4,
+            unchanged: 5,
+            failed: 6,
+            skipped: 7,
+        },
+        changes: vec![
+            ChangeRecord {
+                step_id: "a".to_owned(),
+                action: "create".to_owned(),
+                error: None,
+            },
+            ChangeRecord {
+                step_id: "b/0".to_owned(),
+                action: "update".to_owned(),
+                error: Some("quota exceeded: ✗".to_owned()),
+            },
+        ],
+        error: Some("1 step failed".to_owned()),
+    };
+    store.finish_run(id, &end).await.expect("finish_run");
+    let after = now_ms();
+
+    let run = store.history("d").await.expect("history").remove(0);
+    assert_eq!(run.id, id);
+    assert_eq!(run.outcome, Some(Outcome::Failed));
+    assert_eq!(run.counts, end.counts);
+    assert_eq!(run.changes, end.changes);
+    assert_eq!(run.error, end.error);
+    let finished = run.finished_at.expect("finished_at set");
+    assert!(run.started_at <= finished && finished <= after);
+
+    for outcome in [Outcome::Succeeded, Outcome::Cancelled] {
+        let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+        let end = RunEnd {
+            outcome,
+            counts: ChangeCounts::default(),
+            changes: vec![],
+            error: None,
+        };
+        store.finish_run(id, &end).await.expect("finish_run");
+        assert_eq!(store.history("d").await.expect("history")[0].outcome, Some(outcome));
+    }
+}
+
+/// A run that never finishes (its process died) stays in the history with no outcome.
+pub async fn unfinished_run_has_no_outcome(store: &dyn StateStore) {
+    let crashed = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let later = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let end = RunEnd {
+        outcome: Outcome::Succeeded,
+        counts: ChangeCounts::default(),
+        changes: vec![],
+        error: None,
+    };
+    store.finish_run(later, &end).await.expect("finish_run");
+    let history = store.history("d").await.expect("history");
+    assert_eq!(history[1].id, crashed);
+    assert_eq!(history[1].outcome, None);
+    assert_eq!(history[1].finished_at, None);
+    assert_eq!(history[0].outcome, Some(Outcome::Succeeded));
+}
+
+/// Finishing a run twice is a conflict; finishing an unknown run is an error. Neither
+/// changes what was recorded, nor disturbs other writes.
+pub async fn finish_run_misuse_is_rejected(store: &dyn StateStore) {
+    let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let end = |outcome| RunEnd {
+        outcome,
+        counts: ChangeCounts::default(),
+        changes: vec![],
+        error: None,
+    };
+    store
+        .finish_run(id, &end(Outcome::Succeeded))
+        .await
+        .expect("finish_run");
+
+    let failed = end(Outcome::Failed);
+    let record = resource("a");
+    let (twice, unknown, put) = futures::join!(
+        store.finish_run(id, &failed),
+        store.finish_run(id + 1000, &failed),
+        store.put_resource("d", &record),
+    );
+    assert_eq!(twice.expect_err("second finish").kind, StoreErrorKind::Conflict);
+    let unknown = unknown.expect_err("unknown run");
+    assert_ne!(unknown.kind, StoreErrorKind::Conflict);
+    put.expect("a put batched with failing finishes still lands");
+    assert_eq!(
+        store.history("d").await.expect("history")[0].outcome,
+        Some(Outcome::Succeeded)
+    );
+    assert_eq!(load(store, "d").await.resources, vec![resource("a")]);
+}
+
+/// Forgetting resources never forgets runs.
+pub async fn history_survives_resource_removal(store: &dyn StateStore) {
+    let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    store.put_resource("d", &resource("a")).await.expect("put");
+    store.remove_resource("d", "a").await.expect("remove");
+    let state = load(store, "d").await;
+    assert!(state.resources.is_empty());
+    let history = store.history("d").await.expect("history");
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].id, id);
+}
+
+/// `n` concurrent puts (as from many in-flight steps) all land, with their content.
+pub async fn concurrent_puts_all_land(store: &dyn StateStore, n: usize) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let records: Vec<ResourceRecord> = (0..n).map(|i| resource(&format!("r{i:05}"))).collect();
+    let results = join_all(records.iter().map(|r| store.put_resource("d", r))).await;
+    for result in results {
+        result.expect("put_resource");
+    }
+    assert_eq!(load(store, "d").await.resources, records);
+}
+
+/// Concurrent writes of every kind to several deployments end as if run one by one.
+pub async fn concurrent_mixed_writes(store: &dyn StateStore) {
+    let deployments = ["a", "b", "c", "d"];
+    for d in deployments {
+        store.begin_run(&apply(d, "wf")).await.expect("begin_run");
+        for i in 0..50 {
+            store
+                .put_resource(d, &resource(&format!("old{i:02}")))
+                .await
+                .expect("put");
+        }
+    }
+    let work = deployments.iter().map(|d| async move {
+        let run = store.begin_run(&apply(d, "wf2")).await.expect("begin_run");
+        let puts = (0..50).map(|i| async move {
+            store
+                .put_resource(d, &resource(&format!("new{i:02}")))
+                .await
+                .expect("put");
+        });
+        let removes = (0..50).map(|i| async move {
+            store.remove_resource(d, &format!("old{i:02}")).await.expect("remove");
+        });
+        futures::join!(join_all(puts), join_all(removes));
+        let end = RunEnd {
+            outcome: Outcome::Succeeded,
+            counts: ChangeCounts {
+                created: 50,
+                deleted: 50,
+                ..Default::default()
+            },
+            changes: vec![],
+            error: None,
+        };
+        store.finish_run(run, &end).await.expect("finish_run");
+    });
+    join_all(work).await;
+    for d in deployments {
+        let state = load(store, d).await;
+        let want: Vec<_> = (0..50).map(|i| resource(&format!("new{i:02}"))).collect();
+        assert_eq!(state.resources, want, "{d}");
+        assert_eq!(state.workflow.as_deref(), Some("wf2"));
+        let history = store.history(d).await.expect("history");
+        assert_eq!(history.len(), 2);
+        assert_eq!(history[0].counts.created, 50);
+    }
+}
+
+/// Writes a known state for [`check_seeded`], to run across a reopen or reconnect.
+pub async fn seed(store: &dyn StateStore) {
+    let id = store.begin_run(&apply("kept", "wf")).await.expect("begin_run");
+    store.put_resource("kept", &awkward_resource()).await.expect("put");
+    store.put_resource("kept", &resource("plain")).await.expect("put");
+    let end = RunEnd {
+        outcome: Outcome::Succeeded,
+        counts: ChangeCounts {
+            created: 2,
+            ..Default::default()
+        },
+        changes: vec![ChangeRecord {
+            step_id: "plain".to_owned(),
+            action: "create".to_owned(),
+            error: None,
+        }],
+        error: None,
+    };
+    store.finish_run(id, &end).await.expect("finish_run");
+    store.begin_run(&apply("kept", "wf")).await.expect("begin_run");
+}
+
+/// Checks what [`seed`] wrote.
+pub async fn check_seeded(store: &dyn StateStore) {
+    let state = load(store, "kept").await;
+    assert_eq!(state.workflow.as_deref(), Some("wf"));
+    let mut want = vec![awkward_resource(), resource("plain")];
+    want.sort_by(|a, b| a.step_id.cmp(&b.step_id));
+    assert_eq!(state.resources, want);
+    let history = store.history("kept").await.expect("history");
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].outcome, None);
+    assert_eq!(history[1].outcome, Some(Outcome::Succeeded));
+    assert_eq!(history[1].counts.created, 2);
+    assert_eq!(history[1].changes.len(), 1);
+    let list = store.list().await.expect("list");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].resources, 2);
+    assert_eq!(list[0].last_run.as_ref(), history.first());
+}

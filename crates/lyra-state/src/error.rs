@@ -1,0 +1,178 @@
+//! The typed error of `lyra-state`, and its mapping onto the engine's [`StoreError`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use lyra_core::state::{RunId, StoreError, StoreErrorKind};
+use sqlx::error::{DatabaseError, ErrorKind as DbErrorKind};
+use sqlx::migrate::MigrateError;
+
+/// A state store failure, as precise as the backend can tell.
+///
+/// The engine sees these through `From<Error> for StoreError`; [`Error::kind`] says how.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The store URL is not one `lyra-state` understands.
+    #[error("invalid state store URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+
+    /// A backend that is known but not available in this build.
+    #[error("{0}")]
+    Unsupported(&'static str),
+
+    /// The database file's location cannot be used (a directory, an uncreatable parent, ...).
+    #[error("cannot open state database {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The database could not be opened.
+    #[error("cannot open state database {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// The file exists but is not a SQLite database.
+    #[error("{} is not a SQLite database (is it the right file?)", path.display())]
+    NotADatabase { path: PathBuf },
+
+    /// The schema could not be brought up to date, or was written by a newer Lyra.
+    #[error("cannot migrate state database {}: {source}", path.display())]
+    Migrate {
+        path: PathBuf,
+        #[source]
+        source: MigrateError,
+    },
+
+    /// A query failed.
+    #[error("state database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+
+    /// A stored value could not be decoded.
+    #[error("corrupt state: cannot decode {what}: {source}")]
+    Corrupt {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A stored column holds a value this version does not know.
+    #[error("corrupt state: unknown {what} {value:?}")]
+    UnknownValue { what: &'static str, value: String },
+
+    /// A value could not be encoded for storage.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// `finish_run` named a run that does not exist.
+    #[error("run {0} does not exist")]
+    UnknownRun(RunId),
+
+    /// `finish_run` was called twice for one run.
+    #[error("run {0} has already finished")]
+    RunAlreadyFinished(RunId),
+
+    /// The store's writer has stopped (the store was closed, or its runtime shut down).
+    #[error("the state store is closed")]
+    Closed,
+
+    /// One failure shared by every write of a batch that failed as a whole.
+    #[error(transparent)]
+    Batch(Arc<Error>),
+}
+
+impl Error {
+    /// How the engine should see this error.
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            Error::Unsupported(_) | Error::Io { .. } | Error::Closed | Error::InvalidUrl { .. } => {
+                StoreErrorKind::Unavailable
+            }
+            Error::Open { source, .. } => match sqlx_kind(source) {
+                StoreErrorKind::Corrupt => StoreErrorKind::Corrupt,
+                _ => StoreErrorKind::Unavailable,
+            },
+            Error::NotADatabase { .. } | Error::Corrupt { .. } | Error::UnknownValue { .. } => StoreErrorKind::Corrupt,
+            Error::Migrate { source, .. } => migrate_kind(source),
+            Error::Sqlx(e) => sqlx_kind(e),
+            Error::RunAlreadyFinished(_) => StoreErrorKind::Conflict,
+            Error::Encode { .. } | Error::UnknownRun(_) => StoreErrorKind::Other,
+            Error::Batch(e) => e.kind(),
+        }
+    }
+}
+
+impl From<Error> for StoreError {
+    fn from(e: Error) -> Self {
+        let kind = e.kind();
+        StoreError::with_source(kind, e.to_string(), e)
+    }
+}
+
+fn migrate_kind(e: &MigrateError) -> StoreErrorKind {
+    match e {
+        // The file holds migrations this build does not know (a newer Lyra wrote it), or
+        // different ones under the same number: not a schema this version understands.
+        MigrateError::VersionMissing(_)
+        | MigrateError::VersionMismatch(_)
+        | MigrateError::VersionTooOld(..)
+        | MigrateError::Dirty(_) => StoreErrorKind::Corrupt,
+        MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) => sqlx_kind(e),
+        _ => StoreErrorKind::Other,
+    }
+}
+
+pub(crate) fn sqlx_kind(e: &sqlx::Error) -> StoreErrorKind {
+    match e {
+        sqlx::Error::Database(db) => database_kind(db.as_ref()),
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
+            StoreErrorKind::Unavailable
+        }
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => StoreErrorKind::Corrupt,
+        sqlx::Error::Migrate(m) => migrate_kind(m),
+        _ => StoreErrorKind::Other,
+    }
+}
+
+fn database_kind(db: &dyn DatabaseError) -> StoreErrorKind {
+    if db.kind() == DbErrorKind::UniqueViolation {
+        return StoreErrorKind::Conflict;
+    }
+    if let Some(code) = sqlite_primary_code(db) {
+        return match code {
+            SQLITE_CORRUPT | SQLITE_NOTADB => StoreErrorKind::Corrupt,
+            SQLITE_PERM | SQLITE_BUSY | SQLITE_LOCKED | SQLITE_READONLY | SQLITE_IOERR | SQLITE_FULL
+            | SQLITE_CANTOPEN => StoreErrorKind::Unavailable,
+            _ => StoreErrorKind::Other,
+        };
+    }
+    StoreErrorKind::Other
+}
+
+// Primary SQLite result codes (https://www.sqlite.org/rescode.html).
+pub(crate) const SQLITE_PERM: i32 = 3;
+pub(crate) const SQLITE_BUSY: i32 = 5;
+pub(crate) const SQLITE_LOCKED: i32 = 6;
+pub(crate) const SQLITE_READONLY: i32 = 8;
+pub(crate) const SQLITE_IOERR: i32 = 10;
+pub(crate) const SQLITE_CORRUPT: i32 = 11;
+pub(crate) const SQLITE_FULL: i32 = 13;
+pub(crate) const SQLITE_CANTOPEN: i32 = 14;
+pub(crate) const SQLITE_NOTADB: i32 = 26;
+
+/// The primary result code of a SQLite error (sqlx reports the extended code, whose low byte
+/// is the primary one).
+pub(crate) fn sqlite_primary_code(db: &dyn DatabaseError) -> Option<i32> {
+    let sqlite = db.try_downcast_ref::<sqlx::sqlite::SqliteError>()?;
+    let code: i32 = sqlite.code()?.parse().ok()?;
+    Some(code & 0xff)
+}

@@ -1,0 +1,303 @@
+//! Persisted rows and their conversion to and from the `lyra-core` records.
+//!
+//! The rows mirror the tables column for column and are shared by every SQL backend: JSON
+//! columns are plain text here (backends may store them as `jsonb` and cast in their queries),
+//! so the database never has to understand the payloads. Keeping these types apart from the
+//! `lyra-core` ones means a change there cannot silently change the on-disk format.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lyra_core::state::{
+    ChangeCounts, ChangeRecord, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunRecord, RunStart,
+};
+use lyra_core::value::Map;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// Now, in Unix milliseconds: the unit of every timestamp column.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A row of `resources`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub(crate) struct ResourceRow {
+    pub deployment: String,
+    pub step_id: String,
+    pub type_name: String,
+    pub external_id: String,
+    /// JSON object.
+    pub desired: String,
+    /// JSON object.
+    pub actual: String,
+    /// JSON array of step ids.
+    pub depends_on: String,
+    pub managed: bool,
+    pub updated_at: i64,
+}
+
+impl ResourceRow {
+    pub fn new(deployment: &str, record: &ResourceRecord, updated_at: i64) -> Result<Self, Error> {
+        Ok(ResourceRow {
+            deployment: deployment.to_owned(),
+            step_id: record.step_id.clone(),
+            type_name: record.type_name.clone(),
+            external_id: record.external_id.clone(),
+            desired: encode("resource desired state", &record.desired)?,
+            actual: encode("resource actual state", &record.actual)?,
+            depends_on: encode("resource dependencies", &record.depends_on)?,
+            managed: record.managed,
+            updated_at,
+        })
+    }
+
+    pub fn into_record(self) -> Result<ResourceRecord, Error> {
+        let what = |column: &str| {
+            format!(
+                "resources.{column} of step {:?} in deployment {:?}",
+                self.step_id, self.deployment
+            )
+        };
+        let desired: Map = decode(&self.desired, || what("desired"))?;
+        let actual: Map = decode(&self.actual, || what("actual"))?;
+        let depends_on: Vec<String> = decode(&self.depends_on, || what("depends_on"))?;
+        Ok(ResourceRecord {
+            step_id: self.step_id,
+            type_name: self.type_name,
+            external_id: self.external_id,
+            desired,
+            actual,
+            depends_on,
+            managed: self.managed,
+        })
+    }
+}
+
+/// A row of `runs`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub(crate) struct RunRow {
+    /// Assigned by the database on insert; ignored when inserting.
+    pub id: RunId,
+    pub deployment: String,
+    pub workflow: Option<String>,
+    pub operation: String,
+    pub actor: String,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub outcome: Option<String>,
+    /// JSON object ([`StoredCounts`]).
+    pub counts: String,
+    /// JSON array of [`StoredChange`].
+    pub changes: String,
+    pub error: Option<String>,
+}
+
+/// The columns `finish_run` sets.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RunEndRow {
+    pub id: RunId,
+    pub finished_at: i64,
+    pub outcome: &'static str,
+    pub counts: String,
+    pub changes: String,
+    pub error: Option<String>,
+}
+
+impl RunRow {
+    /// The row inserted when a run starts: no outcome, zero counts, no changes.
+    pub fn started(run: &RunStart, started_at: i64) -> Result<Self, Error> {
+        Ok(RunRow {
+            id: 0,
+            deployment: run.deployment.clone(),
+            workflow: run.workflow.clone(),
+            operation: run.operation.as_str().to_owned(),
+            actor: run.actor.clone(),
+            started_at,
+            finished_at: None,
+            outcome: None,
+            counts: encode("run counts", &StoredCounts::default())?,
+            changes: "[]".to_owned(),
+            error: None,
+        })
+    }
+
+    pub fn into_record(self) -> Result<RunRecord, Error> {
+        let what = |column: &str| format!("runs.{column} of run {}", self.id);
+        let operation = match self.operation.as_str() {
+            "apply" => Operation::Apply,
+            "delete" => Operation::Delete,
+            _ => {
+                return Err(Error::UnknownValue {
+                    what: "run operation",
+                    value: self.operation,
+                });
+            }
+        };
+        let outcome = match self.outcome.as_deref() {
+            None => None,
+            Some("succeeded") => Some(Outcome::Succeeded),
+            Some("failed") => Some(Outcome::Failed),
+            Some("cancelled") => Some(Outcome::Cancelled),
+            Some(other) => {
+                return Err(Error::UnknownValue {
+                    what: "run outcome",
+                    value: other.to_owned(),
+                });
+            }
+        };
+        let counts: StoredCounts = decode(&self.counts, || what("counts"))?;
+        let changes: Vec<StoredChange> = decode(&self.changes, || what("changes"))?;
+        Ok(RunRecord {
+            id: self.id,
+            deployment: self.deployment,
+            workflow: self.workflow,
+            operation,
+            actor: self.actor,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            outcome,
+            counts: counts.into(),
+            changes: changes.into_iter().map(Into::into).collect(),
+            error: self.error,
+        })
+    }
+}
+
+impl RunEndRow {
+    pub fn new(id: RunId, end: &RunEnd, finished_at: i64) -> Result<Self, Error> {
+        let changes: Vec<StoredChange> = end.changes.iter().map(StoredChange::from).collect();
+        Ok(RunEndRow {
+            id,
+            finished_at,
+            outcome: end.outcome.as_str(),
+            counts: encode("run counts", &StoredCounts::from(&end.counts))?,
+            changes: encode("run changes", &changes)?,
+            error: end.error.clone(),
+        })
+    }
+}
+
+/// `deployments` joined with its resource count, for `list`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub(crate) struct DeploymentSummaryRow {
+    pub name: String,
+    pub workflow: Option<String>,
+    pub resources: i64,
+}
+
+/// The stored form of [`ChangeCounts`]. Missing fields read as zero, so counts added later
+/// still decode from old rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+struct StoredCounts {
+    created: u32,
+    updated: u32,
+    replaced: u32,
+    deleted: u32,
+    unchanged: u32,
+    failed: u32,
+    skipped: u32,
+}
+
+impl From<&ChangeCounts> for StoredCounts {
+    fn from(c: &ChangeCounts) -> Self {
+        StoredCounts {
+            created: c.created,
+            updated: c.updated,
+            replaced: c.replaced,
+            deleted: c.deleted,
+            unchanged: c.unchanged,
+            failed: c.failed,
+            skipped: c.skipped,
+        }
+    }
+}
+
+impl From<StoredCounts> for ChangeCounts {
+    fn from(c: StoredCounts) -> Self {
+        ChangeCounts {
+            created: c.created,
+            updated: c.updated,
+            replaced: c.replaced,
+            deleted: c.deleted,
+            unchanged: c.unchanged,
+            failed: c.failed,
+            skipped: c.skipped,
+        }
+    }
+}
+
+/// The stored form of [`ChangeRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredChange {
+    step_id: String,
+    action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl From<&ChangeRecord> for StoredChange {
+    fn from(c: &ChangeRecord) -> Self {
+        StoredChange {
+            step_id: c.step_id.clone(),
+            action: c.action.clone(),
+            error: c.error.clone(),
+        }
+    }
+}
+
+impl From<StoredChange> for ChangeRecord {
+    fn from(c: StoredChange) -> Self {
+        ChangeRecord {
+            step_id: c.step_id,
+            action: c.action,
+            error: c.error,
+        }
+    }
+}
+
+fn encode<T: Serialize + ?Sized>(what: &'static str, value: &T) -> Result<String, Error> {
+    serde_json::to_string(value).map_err(|source| Error::Encode { what, source })
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(text: &str, what: impl FnOnce() -> String) -> Result<T, Error> {
+    serde_json::from_str(text).map_err(|source| Error::Corrupt { what: what(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_missing_fields_read_as_zero() {
+        let counts: StoredCounts = serde_json::from_str(r#"{"created":2}"#).unwrap();
+        assert_eq!(
+            ChangeCounts::from(counts),
+            ChangeCounts {
+                created: 2,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_operation_is_corrupt() {
+        let mut row = RunRow::started(
+            &RunStart {
+                deployment: "d".into(),
+                workflow: None,
+                operation: Operation::Apply,
+                actor: "me".into(),
+            },
+            1,
+        )
+        .unwrap();
+        row.operation = "explode".into();
+        let err = row.into_record().unwrap_err();
+        assert!(matches!(err, Error::UnknownValue { .. }), "{err:?}");
+        assert_eq!(err.kind(), lyra_core::state::StoreErrorKind::Corrupt);
+    }
+}

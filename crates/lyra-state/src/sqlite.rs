@@ -1,0 +1,326 @@
+//! The SQLite state store.
+//!
+//! One file holds everything. Writes go through a single writer connection owned by a
+//! background task that commits everything queued at once (group commit, see [`writer`]);
+//! reads use a small pool and run in read transactions, so each sees one consistent snapshot.
+//! WAL mode lets the readers and the writer run side by side.
+//!
+//! Durability: with the default `synchronous=NORMAL` a committed write survives the process
+//! dying (even `kill -9`), which is what the engine needs; on a power loss or OS crash the last
+//! commits can be lost (the database stays consistent). [`Synchronous::Full`] (URL
+//! `sqlite:PATH?synchronous=full`) syncs the WAL on every commit and survives that too, at the
+//! cost of one `fsync` per batch.
+
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lyra_core::state::{
+    DeploymentState, DeploymentSummary, ResourceRecord, RunEnd, RunId, RunRecord, RunStart, StateStore, StoreError,
+};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection, SqliteConnection};
+
+use crate::error::{Error, SQLITE_NOTADB, sqlite_primary_code};
+use crate::rows::{DeploymentSummaryRow, ResourceRow, RunEndRow, RunRow, now_ms};
+
+use self::writer::{Op, Writer};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// SQLite's `synchronous` setting: how hard a commit pushes data to the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Commits survive a process crash; the last ones may be lost on power loss.
+    #[default]
+    Normal,
+    /// Commits also survive power loss (one `fsync` per commit).
+    Full,
+    /// Like `Full`, and also syncs the directory after WAL resets.
+    Extra,
+}
+
+impl Synchronous {
+    fn to_sqlx(self) -> SqliteSynchronous {
+        match self {
+            Synchronous::Normal => SqliteSynchronous::Normal,
+            Synchronous::Full => SqliteSynchronous::Full,
+            Synchronous::Extra => SqliteSynchronous::Extra,
+        }
+    }
+}
+
+/// How to open a [`SqliteStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    pub synchronous: Synchronous,
+    /// How long a write waits for another process holding the database before failing.
+    pub busy_timeout: Duration,
+    /// Size of the read pool.
+    pub read_connections: u32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous: Synchronous::Normal,
+            busy_timeout: Duration::from_secs(10),
+            read_connections: 4,
+        }
+    }
+}
+
+/// A [`StateStore`] in one SQLite file.
+pub struct SqliteStore {
+    path: PathBuf,
+    reads: SqlitePool,
+    writer: Writer,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its parent directories if needed) the database at `path`, with
+    /// default options, and brings its schema up to date.
+    pub async fn open(path: &Path) -> Result<SqliteStore, Error> {
+        Self::open_with(path, &SqliteOptions::default()).await
+    }
+
+    /// [`SqliteStore::open`] with explicit options.
+    pub async fn open_with(path: &Path, options: &SqliteOptions) -> Result<SqliteStore, Error> {
+        prepare_location(path)?;
+        let connect = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(options.synchronous.to_sqlx())
+            .busy_timeout(options.busy_timeout)
+            .foreign_keys(true);
+
+        // Connecting sets the journal mode, which reads the header: a foreign file fails here.
+        let mut conn = SqliteConnection::connect_with(&connect)
+            .await
+            .map_err(|e| open_error(path, e))?;
+        migrate(path, &mut conn).await?;
+
+        // Readers never write; `query_only` makes sure of it.
+        let reads = SqlitePoolOptions::new()
+            .max_connections(options.read_connections.max(1))
+            .min_connections(0)
+            .connect_with(connect.pragma("query_only", "ON"))
+            .await
+            .map_err(|e| open_error(path, e))?;
+
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            reads,
+            writer: Writer::spawn(conn),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Closes the store: waits for queued writes to commit, then closes every connection.
+    ///
+    /// Dropping the store is also safe (queued writes still commit in the background); this
+    /// just lets the caller wait for it and see errors.
+    pub async fn close(self) -> Result<(), Error> {
+        self.reads.close().await;
+        // The writer closes last, so its connection checkpoints the WAL into the database.
+        self.writer.close().await
+    }
+}
+
+/// Refuses a directory with a clear message and creates missing parent directories.
+fn prepare_location(path: &Path) -> Result<(), Error> {
+    let io_error = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if path.as_os_str().is_empty() {
+        return Err(io_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "empty path",
+        )));
+    }
+    if path.is_dir() {
+        return Err(io_error(std::io::ErrorKind::IsADirectory.into()));
+    }
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => std::fs::create_dir_all(parent).map_err(io_error),
+        _ => Ok(()),
+    }
+}
+
+fn is_not_a_database(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(sqlite_primary_code) == Some(SQLITE_NOTADB)
+}
+
+fn open_error(path: &Path, source: sqlx::Error) -> Error {
+    if is_not_a_database(&source) {
+        Error::NotADatabase { path: path.to_owned() }
+    } else {
+        Error::Open {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Runs the embedded migrations under the write lock (`BEGIN IMMEDIATE`), so two processes
+/// opening a new file at once do not both try to create the schema: the second waits, then
+/// finds it done.
+async fn migrate(path: &Path, conn: &mut SqliteConnection) -> Result<(), Error> {
+    let mut tx = conn
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| open_error(path, e))?;
+    let migrated = MIGRATOR.run(&mut *tx).await;
+    let migrated = match migrated {
+        Ok(()) => tx.commit().await.map_err(sqlx::migrate::MigrateError::from),
+        Err(e) => Err(e),
+    };
+    migrated.map_err(|source| match &source {
+        sqlx::migrate::MigrateError::Execute(e) if is_not_a_database(e) => {
+            Error::NotADatabase { path: path.to_owned() }
+        }
+        _ => Error::Migrate {
+            path: path.to_owned(),
+            source,
+        },
+    })
+}
+
+#[async_trait]
+impl StateStore for SqliteStore {
+    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+        Ok(self.load_inner(deployment).await?)
+    }
+
+    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+        let row = RunRow::started(run, now_ms())?;
+        Ok(self.writer.submit(Op::BeginRun(row)).await?)
+    }
+
+    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
+        // Encoding happens here, in the caller's task, so the writer only runs SQL.
+        let row = ResourceRow::new(deployment, record, now_ms())?;
+        self.writer.submit(Op::Put(row)).await?;
+        Ok(())
+    }
+
+    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
+        let op = Op::Remove {
+            deployment: deployment.to_owned(),
+            step_id: step_id.to_owned(),
+        };
+        self.writer.submit(op).await?;
+        Ok(())
+    }
+
+    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
+        let row = RunEndRow::new(run, end, now_ms())?;
+        self.writer.submit(Op::FinishRun(row)).await?;
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
+        Ok(self.list_inner().await?)
+    }
+
+    async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(self.history_inner(deployment).await?)
+    }
+}
+
+impl SqliteStore {
+    async fn load_inner(&self, deployment: &str) -> Result<Option<DeploymentState>, Error> {
+        // One read transaction: the deployment and its resources come from the same snapshot.
+        let mut tx = self.reads.begin().await?;
+        let workflow: Option<Option<String>> = sqlx::query_scalar("SELECT workflow FROM deployments WHERE name = ?1")
+            .bind(deployment)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(workflow) = workflow else {
+            return Ok(None);
+        };
+        let rows: Vec<ResourceRow> = sqlx::query_as(
+            "SELECT deployment, step_id, type_name, external_id, desired, actual, depends_on, \
+                    managed, updated_at \
+             FROM resources WHERE deployment = ?1 ORDER BY step_id",
+        )
+        .bind(deployment)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let resources = rows
+            .into_iter()
+            .map(ResourceRow::into_record)
+            .collect::<Result<_, _>>()?;
+        Ok(Some(DeploymentState {
+            name: deployment.to_owned(),
+            workflow,
+            resources,
+        }))
+    }
+
+    async fn list_inner(&self) -> Result<Vec<DeploymentSummary>, Error> {
+        let mut tx = self.reads.begin().await?;
+        let deployments: Vec<DeploymentSummaryRow> = sqlx::query_as(
+            "SELECT d.name, d.workflow, \
+                    (SELECT COUNT(*) FROM resources r WHERE r.deployment = d.name) AS resources \
+             FROM deployments d ORDER BY d.name",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let last_runs: Vec<RunRow> = sqlx::query_as(
+            "SELECT id, deployment, workflow, operation, actor, started_at, finished_at, outcome, \
+                    counts, changes, error \
+             FROM runs WHERE id IN (SELECT MAX(id) FROM runs GROUP BY deployment)",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+
+        let mut last_runs: std::collections::HashMap<String, RunRow> =
+            last_runs.into_iter().map(|r| (r.deployment.clone(), r)).collect();
+        deployments
+            .into_iter()
+            .map(|d| {
+                Ok(DeploymentSummary {
+                    last_run: last_runs.remove(&d.name).map(RunRow::into_record).transpose()?,
+                    name: d.name,
+                    workflow: d.workflow,
+                    resources: usize::try_from(d.resources).unwrap_or(usize::MAX),
+                })
+            })
+            .collect()
+    }
+
+    async fn history_inner(&self, deployment: &str) -> Result<Vec<RunRecord>, Error> {
+        let rows: Vec<RunRow> = sqlx::query_as(
+            "SELECT id, deployment, workflow, operation, actor, started_at, finished_at, outcome, \
+                    counts, changes, error \
+             FROM runs WHERE deployment = ?1 ORDER BY id DESC",
+        )
+        .bind(deployment)
+        .fetch_all(&self.reads)
+        .await?;
+        rows.into_iter().map(RunRow::into_record).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
