@@ -10,6 +10,7 @@ CREATE TABLE deployments (
     -- The workflow last applied; NULL until an apply names one.
     workflow   TEXT,
     created_at INTEGER NOT NULL,
+    -- When a run last started (resources carry their own updated_at).
     updated_at INTEGER NOT NULL
 ) STRICT;
 

@@ -5,7 +5,9 @@
 //! behind the disk; instead every call queues its write and waits on a oneshot. The task takes
 //! everything queued, writes it in one `BEGIN IMMEDIATE` transaction, commits, and only then
 //! answers each waiter, so every write is durable when its call returns. While one batch
-//! commits, the next one queues up, so batches grow with the load by themselves.
+//! commits, the next one queues up, so batches grow with the load by themselves. A batch of
+//! one single-statement write skips `BEGIN`/`COMMIT` and runs as its own autocommit
+//! transaction: in a deep chain of dependent steps that is every write.
 //!
 //! A write that is wrong on its own (finishing an unknown run) fails alone without touching
 //! the database. A database failure fails the whole batch: it is rolled back and every waiter
@@ -14,7 +16,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use sqlx::{Connection, SqliteConnection, Transaction, sqlite::Sqlite};
+use sqlx::{Connection, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -78,12 +80,24 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) -> Result<(), sqlx::Error> {
+/// The task's state: the connection, and the deployments known to exist.
+struct Task {
+    conn: SqliteConnection,
+    /// Deployments are never deleted, so once one is seen committed, puts into it need not
+    /// make sure it exists again: a lone put is then a single autocommit statement.
+    known: HashSet<String>,
+}
+
+async fn run(conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) -> Result<(), sqlx::Error> {
+    let mut task = Task {
+        conn,
+        known: HashSet::new(),
+    };
     let mut jobs = Vec::with_capacity(MAX_BATCH);
     // `recv_many` waits for one job, then takes whatever else is already queued; it returns
     // 0 once every sender is gone and the queue is empty.
     while queue.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-        match write_batch(&mut conn, &jobs).await {
+        match task.write_batch(&jobs).await {
             Ok(results) => {
                 for (job, result) in jobs.drain(..).zip(results) {
                     // A waiter that gave up is fine: its write is committed anyway.
@@ -98,57 +112,67 @@ async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) -> Resu
             }
         }
     }
-    conn.close().await
+    task.conn.close().await
 }
 
-/// Writes `jobs` in one transaction. The outer error fails the whole batch (and rolls it back
-/// when the transaction is dropped); the inner ones belong to single jobs.
-async fn write_batch(conn: &mut SqliteConnection, jobs: &[Job]) -> Result<Vec<Result<i64, Error>>, sqlx::Error> {
-    // IMMEDIATE takes the write lock up front, waiting (busy timeout) for another process
-    // rather than failing half-way through the batch.
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    touch_deployments(&mut tx, jobs).await?;
-    let mut results = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        results.push(apply(&mut tx, &job.op).await?);
-    }
-    tx.commit().await?;
-    Ok(results)
-}
-
-/// Creates (for puts) or touches the deployments the batch's resource writes belong to, once
-/// per deployment rather than once per write.
-async fn touch_deployments(tx: &mut Transaction<'_, Sqlite>, jobs: &[Job]) -> Result<(), sqlx::Error> {
-    let now = now_ms();
-    let mut seen = HashSet::new();
-    for job in jobs {
-        match &job.op {
-            Op::Put(row) if seen.insert(row.deployment.as_str()) => {
-                sqlx::query(
-                    "INSERT INTO deployments (name, workflow, created_at, updated_at) \
-                     VALUES (?1, NULL, ?2, ?2) \
-                     ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
-                )
-                .bind(&row.deployment)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
+impl Task {
+    /// Writes `jobs` and commits them. The outer error fails the whole batch (rolled back when
+    /// the transaction is dropped); the inner ones belong to single jobs.
+    async fn write_batch(&mut self, jobs: &[Job]) -> Result<Vec<Result<i64, Error>>, sqlx::Error> {
+        // Deployments this batch's puts need that are not known to exist yet.
+        let mut missing: Vec<&str> = Vec::new();
+        for job in jobs {
+            if let Op::Put(row) = &job.op
+                && !self.known.contains(&row.deployment)
+                && !missing.contains(&row.deployment.as_str())
+            {
+                missing.push(&row.deployment);
             }
-            // Removing never creates a deployment.
-            Op::Remove { deployment, .. } if seen.insert(deployment.as_str()) => {
-                sqlx::query("UPDATE deployments SET updated_at = ?2 WHERE name = ?1")
-                    .bind(deployment)
-                    .bind(now)
-                    .execute(&mut **tx)
-                    .await?;
-            }
-            _ => {}
         }
+
+        // A lone single-statement write is its own transaction: no BEGIN/COMMIT round trips.
+        // This is the deep-chain case, where each write waits for the previous one.
+        if let [job] = jobs
+            && missing.is_empty()
+            && !matches!(job.op, Op::BeginRun(_))
+        {
+            return Ok(vec![apply(&mut self.conn, &job.op).await?]);
+        }
+
+        // IMMEDIATE takes the write lock up front, waiting (busy timeout) for another process
+        // rather than failing half-way through the batch.
+        let mut tx = self.conn.begin_with("BEGIN IMMEDIATE").await?;
+        let now = now_ms();
+        for deployment in &missing {
+            sqlx::query(
+                "INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES (?1, NULL, ?2, ?2) \
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(deployment)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let mut results = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            results.push(apply(&mut tx, &job.op).await?);
+        }
+        tx.commit().await?;
+
+        // Only now, committed, do these deployments surely exist.
+        self.known.extend(missing.into_iter().map(str::to_owned));
+        for job in jobs {
+            if let Op::BeginRun(run) = &job.op
+                && !self.known.contains(&run.deployment)
+            {
+                self.known.insert(run.deployment.clone());
+            }
+        }
+        Ok(results)
     }
-    Ok(())
 }
 
-async fn apply(tx: &mut Transaction<'_, Sqlite>, op: &Op) -> Result<Result<i64, Error>, sqlx::Error> {
+async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<i64, Error>, sqlx::Error> {
     match op {
         Op::BeginRun(run) => {
             // Only an apply changes which workflow the deployment runs.
@@ -167,7 +191,7 @@ async fn apply(tx: &mut Transaction<'_, Sqlite>, op: &Op) -> Result<Result<i64, 
             .bind(&run.workflow)
             .bind(run.started_at)
             .bind(applied_workflow)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
             let inserted = sqlx::query(
                 "INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes) \
@@ -180,7 +204,7 @@ async fn apply(tx: &mut Transaction<'_, Sqlite>, op: &Op) -> Result<Result<i64, 
             .bind(run.started_at)
             .bind(&run.counts)
             .bind(&run.changes)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
             Ok(Ok(inserted.last_insert_rowid()))
         }
@@ -204,7 +228,7 @@ async fn apply(tx: &mut Transaction<'_, Sqlite>, op: &Op) -> Result<Result<i64, 
             .bind(&row.depends_on)
             .bind(row.managed)
             .bind(row.updated_at)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
             Ok(Ok(0))
         }
@@ -212,7 +236,7 @@ async fn apply(tx: &mut Transaction<'_, Sqlite>, op: &Op) -> Result<Result<i64, 
             sqlx::query("DELETE FROM resources WHERE deployment = ?1 AND step_id = ?2")
                 .bind(deployment)
                 .bind(step_id)
-                .execute(&mut **tx)
+                .execute(&mut *conn)
                 .await?;
             Ok(Ok(0))
         }
@@ -228,7 +252,7 @@ async fn apply(tx: &mut Transaction<'_, Sqlite>, op: &Op) -> Result<Result<i64, 
             .bind(&end.counts)
             .bind(&end.changes)
             .bind(&end.error)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
             if updated.rows_affected() == 1 {
                 return Ok(Ok(0));
@@ -236,7 +260,7 @@ async fn apply(tx: &mut Transaction<'_, Sqlite>, op: &Op) -> Result<Result<i64, 
             // Nothing was written, so this job fails alone and the batch goes on.
             let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = ?1")
                 .bind(end.id)
-                .fetch_optional(&mut **tx)
+                .fetch_optional(&mut *conn)
                 .await?;
             Ok(Err(match exists {
                 Some(_) => Error::RunAlreadyFinished(end.id),
