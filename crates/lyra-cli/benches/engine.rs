@@ -17,7 +17,11 @@ use lyra_providers::{ProvidersConfig, builtin};
 fn workflow(shape: &str, n: usize) -> String {
     let mut s = String::from("steps:\n");
     for i in 0..n {
-        let input = if shape == "deep" && i > 0 { format!("$o{}", i - 1) } else { i.to_string() };
+        let input = if shape == "deep" && i > 0 {
+            format!("$o{}", i - 1)
+        } else {
+            i.to_string()
+        };
         s.push_str(&format!(
             "  s{i}:\n    returns: {{o{i}: output}}\n    resource: Null::Resource\n    value:\n      input: {input}\n"
         ));
@@ -28,7 +32,9 @@ fn workflow(shape: &str, n: usize) -> String {
 fn sleeps(n: usize) -> String {
     let mut s = String::from("steps:\n");
     for i in 0..n {
-        s.push_str(&format!("  z{i}:\n    resource: Time::Sleep\n    value:\n      create_duration: 100ms\n"));
+        s.push_str(&format!(
+            "  z{i}:\n    resource: Time::Sleep\n    value:\n      create_duration: 100ms\n"
+        ));
     }
     s
 }
@@ -50,9 +56,18 @@ fn ms(d: Duration) -> String {
 /// Runs one scenario in this process and prints one line of results.
 fn scenario(shape: &str, n: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let providers = builtin(&ProvidersConfig { foobernetes_file: dir.path().join("deployment.json") });
-    let text = if shape == "sleep" { sleeps(n) } else { workflow(shape, n) };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let providers = builtin(&ProvidersConfig {
+        foobernetes_file: dir.path().join("deployment.json"),
+    });
+    let text = if shape == "sleep" {
+        sleeps(n)
+    } else {
+        workflow(shape, n)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let store = lyra_state::open(&dir.path().join("state.db").display().to_string()).await.expect("state");
         let cancel = AtomicBool::new(false);
@@ -115,7 +130,10 @@ fn main() {
     }
     runs.push(("sleep".into(), 100));
     for (shape, n) in runs {
-        let status = Command::new(&me).args(["--scenario", &shape, &n.to_string()]).status().expect("run scenario");
+        let status = Command::new(&me)
+            .args(["--scenario", &shape, &n.to_string()])
+            .status()
+            .expect("run scenario");
         assert!(status.success(), "scenario {shape} {n} failed");
     }
 }

@@ -110,7 +110,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
     /// Where the Foobernetes provider keeps its imaginary cloud.
-    #[arg(long, env = "LYRA_FOOBERNETES_FILE", default_value = "deployment.json", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "LYRA_FOOBERNETES_FILE",
+        default_value = "deployment.json",
+        value_name = "FILE"
+    )]
     pub foobernetes_file: PathBuf,
     /// Print a line per step even when stderr is not a terminal.
     #[arg(short, long)]
@@ -127,7 +132,12 @@ pub struct DeleteArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
     /// Where the Foobernetes provider keeps its imaginary cloud.
-    #[arg(long, env = "LYRA_FOOBERNETES_FILE", default_value = "deployment.json", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "LYRA_FOOBERNETES_FILE",
+        default_value = "deployment.json",
+        value_name = "FILE"
+    )]
     pub foobernetes_file: PathBuf,
     /// Show what would be deleted, without deleting.
     #[arg(long)]

@@ -16,15 +16,24 @@ impl Exit {
     pub const INTERRUPTED: u8 = 130;
 
     pub fn usage(message: impl Into<String>) -> Exit {
-        Exit { code: Self::USAGE, message: Some(format!("error: {}", message.into())) }
+        Exit {
+            code: Self::USAGE,
+            message: Some(format!("error: {}", message.into())),
+        }
     }
 
     pub fn failure(message: impl Into<String>) -> Exit {
-        Exit { code: Self::FAILURE, message: Some(format!("error: {}", message.into())) }
+        Exit {
+            code: Self::FAILURE,
+            message: Some(format!("error: {}", message.into())),
+        }
     }
 
     pub fn invalid(d: &Diagnostics, sources: &Sources) -> Exit {
-        Exit { code: Self::FAILURE, message: Some(crate::load::render(d, sources)) }
+        Exit {
+            code: Self::FAILURE,
+            message: Some(crate::load::render(d, sources)),
+        }
     }
 
     pub fn code(code: u8) -> Exit {

@@ -21,7 +21,10 @@ pub struct Located {
 /// `a::b` → `<dir>/a/b.yaml` (or `.yml`).
 fn on_load_path(dir: &Path, name: &str) -> Option<PathBuf> {
     let rel = name.replace("::", "/");
-    ["yaml", "yml"].iter().map(|ext| dir.join(format!("{rel}.{ext}"))).find(|p| p.is_file())
+    ["yaml", "yml"]
+        .iter()
+        .map(|ext| dir.join(format!("{rel}.{ext}")))
+        .find(|p| p.is_file())
 }
 
 pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit> {
@@ -34,16 +37,28 @@ pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit>
             Ok(rel) => workflow_name(&rel.to_string_lossy()),
             Err(_) => workflow_name(&path.file_name().unwrap_or_default().to_string_lossy()),
         };
-        let load_path = if workflows.is_some() { load_path } else { path.parent().map_or(load_path, Path::to_path_buf) };
+        let load_path = if workflows.is_some() {
+            load_path
+        } else {
+            path.parent().map_or(load_path, Path::to_path_buf)
+        };
         return Ok(Located { name, path, load_path });
     }
     match on_load_path(&load_path, workflow) {
-        Some(path) => Ok(Located { name: workflow.to_owned(), path, load_path }),
+        Some(path) => Ok(Located {
+            name: workflow.to_owned(),
+            path,
+            load_path,
+        }),
         None => Err(Exit::usage(format!(
             "workflow '{workflow}' not found: no file '{workflow}' and no {}/{}.yaml{}",
             load_path.display(),
             workflow.replace("::", "/"),
-            if load_path.is_dir() { String::new() } else { format!(" ({} does not exist; use --workflows DIR)", load_path.display()) }
+            if load_path.is_dir() {
+                String::new()
+            } else {
+                format!(" ({} does not exist; use --workflows DIR)", load_path.display())
+            }
         ))),
     }
 }
@@ -57,8 +72,14 @@ pub fn load_program(loc: &Located, schemas: &SchemaRegistry, sources: &mut Sourc
         let text = std::fs::read_to_string(&p).ok()?;
         Some((p.display().to_string(), text))
     };
-    program::load(&loc.name, (loc.path.display().to_string(), text), &mut fetch, sources, schemas)
-        .map_err(|d| Exit::invalid(&d, sources))
+    program::load(
+        &loc.name,
+        (loc.path.display().to_string(), text),
+        &mut fetch,
+        sources,
+        schemas,
+    )
+    .map_err(|d| Exit::invalid(&d, sources))
 }
 
 /// The lookup data: the data file (explicit, or ./data.yaml when present), then `--var`s.
@@ -70,8 +91,8 @@ pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) ->
     let mut map = match path {
         None => Map::new(),
         Some(p) => {
-            let text =
-                std::fs::read_to_string(&p).map_err(|e| Exit::usage(format!("cannot read data file {}: {e}", p.display())))?;
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| Exit::usage(format!("cannot read data file {}: {e}", p.display())))?;
             let file = sources.add(p.display().to_string(), text.clone());
             parse_data(file, &text).map_err(|d| Exit::invalid(&d, sources))?
         }
@@ -98,5 +119,9 @@ pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) ->
 /// Renders diagnostics for a person.
 pub fn render(d: &Diagnostics, sources: &Sources) -> String {
     let n = d.len();
-    format!("{}\n{n} problem{} found", d.render(sources).trim_end(), if n == 1 { "" } else { "s" })
+    format!(
+        "{}\n{n} problem{} found",
+        d.render(sources).trim_end(),
+        if n == 1 { "" } else { "s" }
+    )
 }

@@ -110,7 +110,11 @@ fn validate(a: &args::WorkflowArgs) -> Result<(), Exit> {
                 .collect(),
         };
         json(&serde_json::json!({"workflow": loc.name, "valid": errors.is_empty(), "errors": errors}))?;
-        return if errors.is_empty() { Ok(()) } else { Err(Exit::code(Exit::FAILURE)) };
+        return if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Exit::code(Exit::FAILURE))
+        };
     }
     result?;
     print(&format!("{}: valid\n", loc.name))
@@ -118,11 +122,15 @@ fn validate(a: &args::WorkflowArgs) -> Result<(), Exit> {
 
 async fn open_state(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> {
     let url = url.unwrap_or(DEFAULT_STATE);
-    lyra_state::open(url).await.map_err(|e| Exit::failure(format!("state {url}: {e}")))
+    lyra_state::open(url)
+        .await
+        .map_err(|e| Exit::failure(format!("state {url}: {e}")))
 }
 
 fn actor() -> String {
-    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".to_owned());
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_owned())
         .ok()
@@ -170,7 +178,9 @@ fn engine_error(e: EngineError, sources: &Sources) -> Exit {
 }
 
 async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig { foobernetes_file: a.foobernetes_file.clone() });
+    let providers = builtin(&ProvidersConfig {
+        foobernetes_file: a.foobernetes_file.clone(),
+    });
     let loc = load::locate(&a.workflow.workflow, a.workflow.workflows.as_deref())?;
     let mut sources = Sources::default();
     let program = load::load_program(&loc, providers.schemas(), &mut sources)?;
@@ -200,7 +210,9 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
 }
 
 async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig { foobernetes_file: a.foobernetes_file.clone() });
+    let providers = builtin(&ProvidersConfig {
+        foobernetes_file: a.foobernetes_file.clone(),
+    });
     let store = open_state(a.state.state.as_deref()).await?;
     let cancel: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     cancel_on_ctrl_c(cancel);
@@ -214,7 +226,11 @@ async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
         concurrency: a.concurrency as usize,
         cancel,
     };
-    let result = if a.dry_run { engine.plan_delete(&a.deployment).await } else { engine.delete(&a.deployment, &actor()).await };
+    let result = if a.dry_run {
+        engine.plan_delete(&a.deployment).await
+    } else {
+        engine.delete(&a.deployment, &actor()).await
+    };
     progress.finish();
     let report = result.map_err(|e| engine_error(e, &sources))?;
     finish_report(&report, a.state.output, a.dry_run)
@@ -248,13 +264,26 @@ async fn state_list(a: &args::StateArgs) -> Result<(), Exit> {
             let (when, outcome) = d.last_run.as_ref().map_or(("-".to_owned(), "-".to_owned()), |r| {
                 (
                     output::time_text(r.started_at),
-                    format!("{} {}", r.operation.as_str(), r.outcome.map_or("unfinished", |o| o.as_str())),
+                    format!(
+                        "{} {}",
+                        r.operation.as_str(),
+                        r.outcome.map_or("unfinished", |o| o.as_str())
+                    ),
                 )
             });
-            vec![d.name.clone(), d.workflow.clone().unwrap_or_default(), d.resources.to_string(), when, outcome]
+            vec![
+                d.name.clone(),
+                d.workflow.clone().unwrap_or_default(),
+                d.resources.to_string(),
+                when,
+                outcome,
+            ]
         })
         .collect();
-    print(&output::table(&["DEPLOYMENT", "WORKFLOW", "RESOURCES", "LAST RUN", "OUTCOME"], &rows))
+    print(&output::table(
+        &["DEPLOYMENT", "WORKFLOW", "RESOURCES", "LAST RUN", "OUTCOME"],
+        &rows,
+    ))
 }
 
 async fn state_show(a: &args::StateShowArgs) -> Result<(), Exit> {
@@ -290,12 +319,18 @@ async fn state_show(a: &args::StateShowArgs) -> Result<(), Exit> {
 
 async fn history(a: &args::HistoryArgs) -> Result<(), Exit> {
     let store = open_state(a.state.state.as_deref()).await?;
-    let runs = store.history(&a.deployment).await.map_err(|e| Exit::failure(format!("state: {e}")))?;
+    let runs = store
+        .history(&a.deployment)
+        .await
+        .map_err(|e| Exit::failure(format!("state: {e}")))?;
     if a.state.output == Output::Json {
         return json(&runs.iter().map(output::run_json).collect::<Vec<_>>());
     }
     if runs.is_empty() {
-        return Err(Exit::failure(format!("no runs recorded for deployment '{}'", a.deployment)));
+        return Err(Exit::failure(format!(
+            "no runs recorded for deployment '{}'",
+            a.deployment
+        )));
     }
     let rows: Vec<Vec<String>> = runs
         .iter()
@@ -307,9 +342,15 @@ async fn history(a: &args::HistoryArgs) -> Result<(), Exit> {
                 r.operation.as_str().to_owned(),
                 r.outcome.map_or("unfinished", |o| o.as_str()).to_owned(),
                 r.actor.clone(),
-                format!("+{} ~{} ±{} -{} !{}", c.created, c.updated, c.replaced, c.deleted, c.failed),
+                format!(
+                    "+{} ~{} ±{} -{} !{}",
+                    c.created, c.updated, c.replaced, c.deleted, c.failed
+                ),
             ]
         })
         .collect();
-    print(&output::table(&["RUN", "STARTED", "OPERATION", "OUTCOME", "ACTOR", "CHANGES"], &rows))
+    print(&output::table(
+        &["RUN", "STARTED", "OPERATION", "OUTCOME", "ACTOR", "CHANGES"],
+        &rows,
+    ))
 }

@@ -165,7 +165,12 @@ pub fn plan_text(r: &Report) -> String {
     }
     let c = &r.counts;
     if c.created + c.updated + c.replaced + c.deleted == 0 {
-        let _ = writeln!(out, "No changes. {} resource{} up to date.", c.unchanged, if c.unchanged == 1 { " is" } else { "s are" });
+        let _ = writeln!(
+            out,
+            "No changes. {} resource{} up to date.",
+            c.unchanged,
+            if c.unchanged == 1 { " is" } else { "s are" }
+        );
     } else {
         let _ = writeln!(
             out,
@@ -179,8 +184,16 @@ pub fn plan_text(r: &Report) -> String {
 /// The end of an apply or delete: failures with their errors, a summary, the returns.
 pub fn result_text(r: &Report) -> String {
     let mut out = String::new();
-    for s in r.steps.iter().filter(|s| matches!(s.status, Status::Failed | Status::Skipped)) {
-        let what = if s.status == Status::Failed { "failed" } else { "skipped" };
+    for s in r
+        .steps
+        .iter()
+        .filter(|s| matches!(s.status, Status::Failed | Status::Skipped))
+    {
+        let what = if s.status == Status::Failed {
+            "failed"
+        } else {
+            "skipped"
+        };
         let _ = writeln!(out, "{what}: {}: {}", s.id, s.error.as_deref().unwrap_or(""));
     }
     let c = &r.counts;

@@ -81,7 +81,11 @@ impl Observer for Progress {
         let line = match r.status {
             Status::Done if r.action == Action::Noop => format!("  = {}{what} unchanged {ms}ms", r.id),
             Status::Done => format!("  ✓ {}{what} {} {ms}ms", r.id, past(r.action)),
-            Status::Failed => format!("  ✗ {}{what} failed after {ms}ms: {}", r.id, r.error.as_deref().unwrap_or("")),
+            Status::Failed => format!(
+                "  ✗ {}{what} failed after {ms}ms: {}",
+                r.id,
+                r.error.as_deref().unwrap_or("")
+            ),
             Status::Skipped => format!("  ○ {}{what} skipped: {}", r.id, r.error.as_deref().unwrap_or("")),
             Status::GuardedOff => format!("  ○ {}{what} not applicable (its 'when' guard is false)", r.id),
             Status::Planned => return,

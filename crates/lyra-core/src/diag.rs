@@ -22,7 +22,10 @@ impl Span {
 
     /// The same position, `n` columns further right (for a `$ref` inside a string).
     pub fn shifted(self, n: usize) -> Self {
-        Span { col: self.col + n as u32, ..self }
+        Span {
+            col: self.col + n as u32,
+            ..self
+        }
     }
 }
 
@@ -42,7 +45,10 @@ pub struct Sources {
 
 impl Sources {
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
-        self.files.push(SourceFile { name: name.into(), text: text.into() });
+        self.files.push(SourceFile {
+            name: name.into(),
+            text: text.into(),
+        });
         FileId(self.files.len() as u32 - 1)
     }
 
@@ -53,7 +59,11 @@ impl Sources {
     /// `file:line:col` for a span.
     pub fn location(&self, span: Span) -> String {
         let name = self.get(span.file).map_or("<unknown>", |f| f.name.as_str());
-        if span.line == 0 { name.to_owned() } else { format!("{name}:{}:{}", span.line, span.col) }
+        if span.line == 0 {
+            name.to_owned()
+        } else {
+            format!("{name}:{}:{}", span.line, span.col)
+        }
     }
 }
 
@@ -67,7 +77,11 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(span: Span, message: impl Into<String>) -> Self {
-        Diagnostic { span, message: message.into(), help: None }
+        Diagnostic {
+            span,
+            message: message.into(),
+            help: None,
+        }
     }
 
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
@@ -125,7 +139,12 @@ impl Diagnostics {
     /// Sorted by position, without exact duplicates.
     pub fn sorted(mut self) -> Self {
         self.0.sort_by(|a, b| {
-            (a.span.file.0, a.span.line, a.span.col, &a.message).cmp(&(b.span.file.0, b.span.line, b.span.col, &b.message))
+            (a.span.file.0, a.span.line, a.span.col, &a.message).cmp(&(
+                b.span.file.0,
+                b.span.line,
+                b.span.col,
+                &b.message,
+            ))
         });
         self.0.dedup();
         self

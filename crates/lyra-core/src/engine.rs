@@ -23,7 +23,8 @@ use crate::provider::{OpContext, Provider, ProviderError, Providers};
 use crate::report::{Action, AttrChange, Mode, Report, Status, StepReport};
 use crate::schema::ResourceSchema;
 use crate::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore, StoreError,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore,
+    StoreError,
 };
 use crate::value::{Map, Value, dig};
 
@@ -70,10 +71,16 @@ struct Val {
 
 impl Val {
     fn known(v: Value) -> Val {
-        Val { var: Var::Known(v), origins: Arc::new(Vec::new()) }
+        Val {
+            var: Var::Known(v),
+            origins: Arc::new(Vec::new()),
+        }
     }
     fn unknown() -> Val {
-        Val { var: Var::Unknown, origins: Arc::new(Vec::new()) }
+        Val {
+            var: Var::Unknown,
+            origins: Arc::new(Vec::new()),
+        }
     }
 }
 
@@ -115,7 +122,11 @@ struct Run<'e, 'a> {
 }
 
 fn child_id(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() { name.to_owned() } else { format!("{prefix}/{name}") }
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}/{name}")
+    }
 }
 
 impl<'a> Engine<'a> {
@@ -125,11 +136,24 @@ impl<'a> Engine<'a> {
     }
 
     /// Converges the deployment to the workflow.
-    pub async fn apply(&self, program: &Program, deployment: &str, data: &Map, actor: &str) -> Result<Report, EngineError> {
+    pub async fn apply(
+        &self,
+        program: &Program,
+        deployment: &str,
+        data: &Map,
+        actor: &str,
+    ) -> Result<Report, EngineError> {
         self.run(Mode::Apply, program, deployment, data, actor).await
     }
 
-    async fn run(&self, mode: Mode, program: &Program, deployment: &str, data: &Map, actor: &str) -> Result<Report, EngineError> {
+    async fn run(
+        &self,
+        mode: Mode,
+        program: &Program,
+        deployment: &str,
+        data: &Map,
+        actor: &str,
+    ) -> Result<Report, EngineError> {
         let started = Instant::now();
         let root = &program.main.root;
         let env = self.top_params(root, data)?;
@@ -190,7 +214,12 @@ impl<'a> Engine<'a> {
         if !cancelled {
             let garbage: Vec<ResourceRecord> = {
                 let claims = run.claims.lock().expect("claims lock");
-                let mut g: Vec<ResourceRecord> = run.prior.values().filter(|r| !claims.covers(&r.step_id)).cloned().collect();
+                let mut g: Vec<ResourceRecord> = run
+                    .prior
+                    .values()
+                    .filter(|r| !claims.covers(&r.step_id))
+                    .cloned()
+                    .collect();
                 g.sort_by(|a, b| a.step_id.cmp(&b.step_id));
                 g
             };
@@ -252,7 +281,10 @@ impl<'a> Engine<'a> {
         } else {
             None
         };
-        let program = Program { main: Arc::new(empty_workflow()), workflows: HashMap::new() };
+        let program = Program {
+            main: Arc::new(empty_workflow()),
+            workflows: HashMap::new(),
+        };
         let empty = Map::new();
         let run = Run {
             engine: self,
@@ -269,7 +301,11 @@ impl<'a> Engine<'a> {
         let ok = run.delete_all(state.resources).await;
         let fatal = run.fatal.lock().expect("fatal lock").take();
         let steps = run.reports.into_inner().expect("reports lock");
-        let outcome = if ok && fatal.is_none() { Outcome::Succeeded } else { Outcome::Failed };
+        let outcome = if ok && fatal.is_none() {
+            Outcome::Succeeded
+        } else {
+            Outcome::Failed
+        };
         let report = Report {
             mode,
             deployment: deployment.to_owned(),
@@ -293,15 +329,27 @@ impl<'a> Engine<'a> {
         for p in &root.params {
             let value = match &p.source {
                 ParamSource::Lookup(key) => lookup(data, key).cloned().ok_or_else(|| {
-                    Diagnostic::new(p.span, format!("parameter '{}': lookup key '{key}' not found in the data", p.name))
-                        .with_help(format!("add '{key}' to the data file, or pass --var {key}=VALUE"))
+                    Diagnostic::new(
+                        p.span,
+                        format!("parameter '{}': lookup key '{key}' not found in the data", p.name),
+                    )
+                    .with_help(format!("add '{key}' to the data file, or pass --var {key}=VALUE"))
                 }),
                 ParamSource::Implicit => lookup(data, &p.name).cloned().ok_or_else(|| {
-                    Diagnostic::new(p.span, format!("parameter '{}' has no value: no data key '{}'", p.name, p.name))
-                        .with_help(format!("pass --var {}=VALUE, or give the parameter a lookup or a value", p.name))
+                    Diagnostic::new(
+                        p.span,
+                        format!("parameter '{}' has no value: no data key '{}'", p.name, p.name),
+                    )
+                    .with_help(format!(
+                        "pass --var {}=VALUE, or give the parameter a lookup or a value",
+                        p.name
+                    ))
                 }),
                 ParamSource::Value(e) => e.resolve(&|_: &str| None).map_err(|_| {
-                    Diagnostic::new(p.span, format!("parameter '{}': a top-level value cannot reference variables", p.name))
+                    Diagnostic::new(
+                        p.span,
+                        format!("parameter '{}': a top-level value cannot reference variables", p.name),
+                    )
                 }),
             };
             match value {
@@ -314,7 +362,11 @@ impl<'a> Engine<'a> {
                 Err(d) => diags.push(d),
             }
         }
-        if diags.is_empty() { Ok(env) } else { Err(EngineError::Input(diags.sorted())) }
+        if diags.is_empty() {
+            Ok(env)
+        } else {
+            Err(EngineError::Input(diags.sorted()))
+        }
     }
 }
 
@@ -347,7 +399,10 @@ fn empty_workflow() -> crate::model::Workflow {
             params: vec![],
             returns: vec![],
             when: None,
-            kind: StepKind::Workflow { steps: vec![], deps: vec![] },
+            kind: StepKind::Workflow {
+                steps: vec![],
+                deps: vec![],
+            },
             inputs: vec![],
         },
     }
@@ -388,8 +443,15 @@ fn run_end(report: &Report, fatal: Option<String>) -> RunEnd {
         changes: report
             .steps
             .iter()
-            .filter(|s| s.status == Status::Failed || (s.status == Status::Done && !matches!(s.action, Action::Noop | Action::Read | Action::Group)))
-            .map(|s| ChangeRecord { step_id: s.id.clone(), action: s.action.as_str().to_owned(), error: s.error.clone() })
+            .filter(|s| {
+                s.status == Status::Failed
+                    || (s.status == Status::Done && !matches!(s.action, Action::Noop | Action::Read | Action::Group))
+            })
+            .map(|s| ChangeRecord {
+                step_id: s.id.clone(),
+                action: s.action.as_str().to_owned(),
+                error: s.error.clone(),
+            })
             .collect(),
         error: fatal,
     }
@@ -447,8 +509,20 @@ fn creation(schema: &ResourceSchema, desired: &Map, unknown: &[String]) -> Vec<A
     desired
         .iter()
         .filter(|(_, v)| !v.is_null())
-        .map(|(k, v)| AttrChange { attribute: k.clone(), old: None, new: Some(v.clone()), forces_replace: false, sensitive: sensitive(k) })
-        .chain(unknown.iter().map(|k| AttrChange { attribute: k.clone(), old: None, new: None, forces_replace: false, sensitive: sensitive(k) }))
+        .map(|(k, v)| AttrChange {
+            attribute: k.clone(),
+            old: None,
+            new: Some(v.clone()),
+            forces_replace: false,
+            sensitive: sensitive(k),
+        })
+        .chain(unknown.iter().map(|k| AttrChange {
+            attribute: k.clone(),
+            old: None,
+            new: None,
+            forces_replace: false,
+            sensitive: sensitive(k),
+        }))
         .collect()
 }
 
@@ -470,7 +544,8 @@ impl Run<'_, '_> {
     fn claim_subtree(&self, id: &str) {
         let mut c = self.claims.lock().expect("claims lock");
         c.ids.insert(id.to_owned());
-        c.prefixes.push(if id.is_empty() { String::new() } else { format!("{id}/") });
+        c.prefixes
+            .push(if id.is_empty() { String::new() } else { format!("{id}/") });
     }
 
     fn group_report(&self, id: &str, status: Status, error: Option<String>, started: Instant) {
@@ -499,7 +574,11 @@ impl Run<'_, '_> {
         self.report(StepReport {
             id: id.to_owned(),
             type_name: type_name.clone(),
-            action: if type_name.is_some() { Action::Noop } else { Action::Group },
+            action: if type_name.is_some() {
+                Action::Noop
+            } else {
+                Action::Group
+            },
             status: Status::Failed,
             external_id: None,
             duration: started.elapsed(),
@@ -517,7 +596,11 @@ impl Run<'_, '_> {
         self.claim_subtree(id);
         self.report(StepReport {
             id: id.to_owned(),
-            action: if type_name.is_some() { Action::Noop } else { Action::Group },
+            action: if type_name.is_some() {
+                Action::Noop
+            } else {
+                Action::Group
+            },
             type_name,
             status: Status::Skipped,
             external_id: None,
@@ -560,7 +643,11 @@ impl Run<'_, '_> {
                     ParamSource::Lookup(key) => match lookup(self.data, key) {
                         Some(v) => Val::known(v.clone()),
                         None => {
-                            let msg = format!("{}: parameter '{}': lookup key '{key}' not found in the data", self.loc(p.span), p.name);
+                            let msg = format!(
+                                "{}: parameter '{}': lookup key '{key}' not found in the data",
+                                self.loc(p.span),
+                                p.name
+                            );
                             return self.fail_step(step, &id, msg, started);
                         }
                     },
@@ -571,7 +658,10 @@ impl Run<'_, '_> {
                 };
                 let v = match (&v.var, &p.ty) {
                     (Var::Known(x), Some(t)) => match t.coerce(x) {
-                        Ok(x) => Val { var: Var::Known(x), origins: v.origins },
+                        Ok(x) => Val {
+                            var: Var::Known(x),
+                            origins: v.origins,
+                        },
                         Err(e) => {
                             let msg = format!("{}: parameter '{}' {e}", self.loc(p.span), p.name);
                             return self.fail_step(step, &id, msg, started);
@@ -595,10 +685,20 @@ impl Run<'_, '_> {
         }
         let origins = Arc::new(origins.into_iter().collect());
         match e.resolve(&look) {
-            Ok(v) => Ok(Val { var: Var::Known(v), origins }),
-            Err(ResolveError::Unknown) => Ok(Val { var: Var::Unknown, origins }),
-            Err(ResolveError::NoSuchPath { reference, span }) => Err(format!("{}: {reference} does not exist", self.loc(span))),
-            Err(ResolveError::Unbound { name, span }) => Err(format!("{}: ${name} is not defined here", self.loc(span))),
+            Ok(v) => Ok(Val {
+                var: Var::Known(v),
+                origins,
+            }),
+            Err(ResolveError::Unknown) => Ok(Val {
+                var: Var::Unknown,
+                origins,
+            }),
+            Err(ResolveError::NoSuchPath { reference, span }) => {
+                Err(format!("{}: {reference} does not exist", self.loc(span)))
+            }
+            Err(ResolveError::Unbound { name, span }) => {
+                Err(format!("{}: ${name} is not defined here", self.loc(span)))
+            }
         }
     }
 
@@ -623,8 +723,15 @@ impl Run<'_, '_> {
                         Err(msg) => self.fail_step(step, &id, msg, started),
                     }
                 }
-                StepKind::Collection { over, over_span, vars, into, step: inner } => {
-                    self.collection(step, over, *over_span, vars, into, inner, env, id).await
+                StepKind::Collection {
+                    over,
+                    over_span,
+                    vars,
+                    into,
+                    step: inner,
+                } => {
+                    self.collection(step, over, *over_span, vars, into, inner, env, id)
+                        .await
                 }
                 StepKind::Call { target, args, .. } => self.call(step, target, args, env, id).await,
             }
@@ -642,7 +749,10 @@ impl Run<'_, '_> {
             .unwrap_or_else(|| Val::known(Value::Null));
             let v = match (&v.var, &r.ty) {
                 (Var::Known(x), Some(t)) => Val {
-                    var: Var::Known(t.coerce(x).map_err(|e| format!("{}: return '{}' {e}", self.loc(r.span), r.name))?),
+                    var: Var::Known(
+                        t.coerce(x)
+                            .map_err(|e| format!("{}: return '{}' {e}", self.loc(r.span), r.name))?,
+                    ),
                     origins: v.origins,
                 },
                 _ => v,
@@ -675,7 +785,11 @@ impl Run<'_, '_> {
                 let why = if self.engine.cancel.load(Ordering::SeqCst) {
                     Some("the run was cancelled".to_owned())
                 } else {
-                    let failed: Vec<&str> = deps[i].iter().filter(|d| bad[**d]).map(|d| steps[*d].name.as_str()).collect();
+                    let failed: Vec<&str> = deps[i]
+                        .iter()
+                        .filter(|d| bad[**d])
+                        .map(|d| steps[*d].name.as_str())
+                        .collect();
                     (!failed.is_empty()).then(|| format!("skipped because '{}' did not complete", failed.join("', '")))
                 };
                 if let Some(why) = why {
@@ -690,7 +804,11 @@ impl Run<'_, '_> {
                     }
                     continue;
                 }
-                let env: Env = step.inputs.iter().filter_map(|name| vars.get(name).map(|v| (name.clone(), v.clone()))).collect();
+                let env: Env = step
+                    .inputs
+                    .iter()
+                    .filter_map(|name| vars.get(name).map(|v| (name.clone(), v.clone())))
+                    .collect();
                 running.push(async move { (i, self.step(step, env, id).await) });
             }
             let Some((i, done)) = running.next().await else { break };
@@ -735,15 +853,23 @@ impl Run<'_, '_> {
                 Err(msg) => return self.fail_step(step, &id, msg, started),
             }
         }
-        if values.iter().any(|v| *v == Var::Unknown) {
+        if values.contains(&Var::Unknown) {
             // Planning: how many iterations there will be is known only after apply.
             self.claim_subtree(&id);
-            self.group_report(&id, Status::Planned, Some("iterations known after apply".to_owned()), started);
+            self.group_report(
+                &id,
+                Status::Planned,
+                Some("iterations known after apply".to_owned()),
+                started,
+            );
             let mut out = Env::new();
             out.insert(into.to_owned(), Val::unknown());
             return Done::Ok(out);
         }
-        let known: Vec<Value> = values.into_iter().map(|v| if let Var::Known(x) = v { x } else { Value::Null }).collect();
+        let known: Vec<Value> = values
+            .into_iter()
+            .map(|v| if let Var::Known(x) = v { x } else { Value::Null })
+            .collect();
         let bad = |msg: String| format!("{}: {msg}", self.loc(over_span));
         // (segment of the id, bindings)
         let iterations: Vec<(String, Vec<Value>)> = match over {
@@ -767,20 +893,46 @@ impl Run<'_, '_> {
                     })
                     .collect(),
                 Value::Null => vec![],
-                other => return self.fail_step(step, &id, bad(format!("'each' needs an array, got {}", crate::types::kind_of(other))), started),
+                other => {
+                    return self.fail_step(
+                        step,
+                        &id,
+                        bad(format!("'each' needs an array, got {}", crate::types::kind_of(other))),
+                        started,
+                    );
+                }
             },
             Over::EachPair(_) => match &known[0] {
-                Value::Object(m) => m.iter().map(|(k, v)| (k.clone(), vec![Value::String(k.clone()), v.clone()])).collect(),
+                Value::Object(m) => m
+                    .iter()
+                    .map(|(k, v)| (k.clone(), vec![Value::String(k.clone()), v.clone()]))
+                    .collect(),
                 Value::Null => vec![],
-                other => return self.fail_step(step, &id, bad(format!("'eachPair' needs a hash, got {}", crate::types::kind_of(other))), started),
+                other => {
+                    return self.fail_step(
+                        step,
+                        &id,
+                        bad(format!("'eachPair' needs a hash, got {}", crate::types::kind_of(other))),
+                        started,
+                    );
+                }
             },
             Over::Times(_) | Over::Range(..) => {
-                let ints: Option<Vec<i64>> = known.iter().map(|v| crate::types::Type::INTEGER.coerce(v).ok().and_then(|x| x.as_i64())).collect();
+                let ints: Option<Vec<i64>> = known
+                    .iter()
+                    .map(|v| crate::types::Type::INTEGER.coerce(v).ok().and_then(|x| x.as_i64()))
+                    .collect();
                 let Some(ints) = ints else {
                     return self.fail_step(step, &id, bad("'times' and 'range' need integers".to_owned()), started);
                 };
-                let (from, to) = if ints.len() == 1 { (0, ints[0]) } else { (ints[0], ints[1]) };
-                (from..to.max(from)).map(|i| (i.to_string(), vec![Value::from(i)])).collect()
+                let (from, to) = if ints.len() == 1 {
+                    (0, ints[0])
+                } else {
+                    (ints[0], ints[1])
+                };
+                (from..to.max(from))
+                    .map(|i| (i.to_string(), vec![Value::from(i)]))
+                    .collect()
             }
         };
         let origins = Arc::new(origins.into_iter().collect::<Vec<_>>());
@@ -788,7 +940,13 @@ impl Run<'_, '_> {
         for (idx, (seg, bound)) in iterations.into_iter().enumerate() {
             let mut e = env.clone();
             for (name, v) in vars.iter().zip(bound) {
-                e.insert(name.clone(), Val { var: Var::Known(v), origins: origins.clone() });
+                e.insert(
+                    name.clone(),
+                    Val {
+                        var: Var::Known(v),
+                        origins: origins.clone(),
+                    },
+                );
             }
             let iid = format!("{id}/{seg}");
             futs.push(async move { (idx, self.step(inner, e, iid).await) });
@@ -829,15 +987,30 @@ impl Run<'_, '_> {
             });
         }
         let mut out = Env::new();
-        let var = if unknown { Var::Unknown } else { Var::Known(Value::Array(items)) };
-        out.insert(into.to_owned(), Val { var, origins: Arc::new(all_origins.into_iter().collect()) });
+        let var = if unknown {
+            Var::Unknown
+        } else {
+            Var::Known(Value::Array(items))
+        };
+        out.insert(
+            into.to_owned(),
+            Val {
+                var,
+                origins: Arc::new(all_origins.into_iter().collect()),
+            },
+        );
         Done::Ok(out)
     }
 
     async fn call(&self, step: &Step, target: &str, args: &[(String, Expr, Span)], env: Env, id: String) -> Done {
         let started = Instant::now();
         let Some(wf) = self.program.workflows.get(target) else {
-            return self.fail_step(step, &id, format!("{}: workflow '{target}' is not loaded", self.loc(step.span)), started);
+            return self.fail_step(
+                step,
+                &id,
+                format!("{}: workflow '{target}' is not loaded", self.loc(step.span)),
+                started,
+            );
         };
         let root = &wf.root;
         let mut callee = Env::new();
@@ -846,9 +1019,15 @@ impl Run<'_, '_> {
                 self.resolve(e, &env)
             } else {
                 match &p.source {
-                    ParamSource::Lookup(key) => lookup(self.data, key)
-                        .map(|v| Val::known(v.clone()))
-                        .ok_or_else(|| format!("{}: parameter '{}': lookup key '{key}' not found in the data", self.loc(p.span), p.name)),
+                    ParamSource::Lookup(key) => {
+                        lookup(self.data, key).map(|v| Val::known(v.clone())).ok_or_else(|| {
+                            format!(
+                                "{}: parameter '{}': lookup key '{key}' not found in the data",
+                                self.loc(p.span),
+                                p.name
+                            )
+                        })
+                    }
                     ParamSource::Value(e) => self.resolve(e, &Env::new()),
                     ParamSource::Implicit => Ok(env.get(&p.name).cloned().unwrap_or_else(|| Val::known(Value::Null))),
                 }
@@ -859,7 +1038,10 @@ impl Run<'_, '_> {
             };
             let v = match (&v.var, &p.ty) {
                 (Var::Known(x), Some(t)) => match t.coerce(x) {
-                    Ok(x) => Val { var: Var::Known(x), origins: v.origins },
+                    Ok(x) => Val {
+                        var: Var::Known(x),
+                        origins: v.origins,
+                    },
                     Err(e) => {
                         let msg = format!("{}: parameter '{}' of '{target}' {e}", self.loc(p.span), p.name);
                         return self.fail_step(step, &id, msg, started);
@@ -876,7 +1058,10 @@ impl Run<'_, '_> {
                 let mut out = Env::new();
                 for r in &step.returns {
                     let src = r.source_name().unwrap_or(&r.name);
-                    out.insert(r.name.clone(), returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null)));
+                    out.insert(
+                        r.name.clone(),
+                        returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null)),
+                    );
                 }
                 Done::Ok(out)
             }
@@ -886,11 +1071,24 @@ impl Run<'_, '_> {
 
     async fn resource(&self, step: &Step, env: Env, id: String) -> Done {
         let started = Instant::now();
-        let StepKind::Resource { type_name, value, external_id, .. } = &step.kind else { unreachable!("resource step") };
+        let StepKind::Resource {
+            type_name,
+            value,
+            external_id,
+            ..
+        } = &step.kind
+        else {
+            unreachable!("resource step")
+        };
         self.claim(&id);
         let providers = self.engine.providers;
         let (Some(schema), Some(provider)) = (providers.schemas().get(type_name), providers.get(type_name)) else {
-            return self.fail_step(step, &id, format!("{}: no provider for '{type_name}'", self.loc(step.span)), started);
+            return self.fail_step(
+                step,
+                &id,
+                format!("{}: no provider for '{type_name}'", self.loc(step.span)),
+                started,
+            );
         };
         // The desired state, with values not known yet (planning) set aside.
         let mut desired = Map::new();
@@ -908,7 +1106,11 @@ impl Run<'_, '_> {
                             desired.insert(a.name.clone(), v);
                         }
                         Err(e) => {
-                            let inner = if e.path.is_empty() { String::new() } else { format!(" at '{}'", e.path) };
+                            let inner = if e.path.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" at '{}'", e.path)
+                            };
                             let msg = format!(
                                 "{}: attribute '{}'{inner} of {type_name} expects {}, got {}",
                                 self.loc(a.span),
@@ -927,8 +1129,13 @@ impl Run<'_, '_> {
         let ext = match external_id {
             None => None,
             Some((e, _)) => match self.resolve(e, &env) {
-                Ok(Val { var: Var::Known(Value::String(s)), .. }) => Some(Some(s)),
-                Ok(Val { var: Var::Known(other), .. }) => Some(Some(other.to_string())),
+                Ok(Val {
+                    var: Var::Known(Value::String(s)),
+                    ..
+                }) => Some(Some(s)),
+                Ok(Val {
+                    var: Var::Known(other), ..
+                }) => Some(Some(other.to_string())),
                 Ok(Val { var: Var::Unknown, .. }) => Some(None),
                 Err(msg) => return self.fail_step(step, &id, msg, started),
             },
@@ -936,7 +1143,11 @@ impl Run<'_, '_> {
 
         let _permit = self.sem.acquire().await;
         self.engine.observer.step_started(&id, type_name);
-        let cx = OpContext { deployment: self.deployment, step_id: &id, type_name: &schema.name };
+        let cx = OpContext {
+            deployment: self.deployment,
+            step_id: &id,
+            type_name: &schema.name,
+        };
         let prior = self.prior.get(&id);
         let depends_on: Vec<String> = origins.into_iter().filter(|o| *o != id).collect();
         let err = |e: ProviderError| format!("{}: {type_name}: {e}", self.loc(step.span));
@@ -948,7 +1159,14 @@ impl Run<'_, '_> {
             };
             let actual = match provider.read(&cx, &ext, prior.map(|p| &p.actual)).await {
                 Ok(Some(a)) => a,
-                Ok(None) => return self.fail_step(step, &id, format!("{}: {type_name} '{ext}' does not exist", self.loc(step.span)), started),
+                Ok(None) => {
+                    return self.fail_step(
+                        step,
+                        &id,
+                        format!("{}: {type_name} '{ext}' does not exist", self.loc(step.span)),
+                        started,
+                    );
+                }
                 Err(e) => return self.fail_step(step, &id, err(e), started),
             };
             if self.mode == Mode::Apply {
@@ -1008,7 +1226,10 @@ impl Run<'_, '_> {
                     provider.delete(&cx, ext, actual).await?;
                     provider.create(&cx, &desired).await.map(|c| (c.external_id, c.actual))
                 }
-                (Action::Update, Some((ext, actual))) => provider.update(&cx, ext, &desired, actual).await.map(|a| (ext.clone(), a)),
+                (Action::Update, Some((ext, actual))) => provider
+                    .update(&cx, ext, &desired, actual)
+                    .await
+                    .map(|a| (ext.clone(), a)),
                 (_, Some((ext, actual))) => Ok((ext.clone(), actual.clone())),
                 (_, None) => unreachable!("no-op needs a current resource"),
             }
@@ -1030,10 +1251,10 @@ impl Run<'_, '_> {
             managed: true,
         };
         // No-ops write only when the recorded state is stale (drift, new dependencies).
-        if action != Action::Noop || prior != Some(&rec) {
-            if let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await {
-                return self.store_failed(step, &id, &e, started);
-            }
+        if (action != Action::Noop || prior != Some(&rec))
+            && let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await
+        {
+            return self.store_failed(step, &id, &e, started);
         }
         let returns = self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id);
         self.finish(step, &id, action, changes, Some(ext), started, returns, false)
@@ -1063,16 +1284,36 @@ impl Run<'_, '_> {
             let var = if self.mode == Mode::Plan {
                 let provided = schema.attribute(attr).is_some_and(|a| a.provided);
                 if unknown.iter().any(|u| u == attr)
-                    || (matches!(action, Action::Create | Action::Replace) && provided && desired.get(attr).is_none_or(Value::is_null))
+                    || (matches!(action, Action::Create | Action::Replace)
+                        && provided
+                        && desired.get(attr).is_none_or(Value::is_null))
                 {
                     Var::Unknown
                 } else {
-                    Var::Known(desired.get(attr).or_else(|| actual.get(attr)).cloned().unwrap_or(Value::Null))
+                    Var::Known(
+                        desired
+                            .get(attr)
+                            .or_else(|| actual.get(attr))
+                            .cloned()
+                            .unwrap_or(Value::Null),
+                    )
                 }
             } else {
-                Var::Known(actual.get(attr).or_else(|| desired.get(attr)).cloned().unwrap_or(Value::Null))
+                Var::Known(
+                    actual
+                        .get(attr)
+                        .or_else(|| desired.get(attr))
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                )
             };
-            out.insert(r.name.clone(), Val { var, origins: origins.clone() });
+            out.insert(
+                r.name.clone(),
+                Val {
+                    var,
+                    origins: origins.clone(),
+                },
+            );
         }
         out
     }
@@ -1097,7 +1338,11 @@ impl Run<'_, '_> {
             id: id.to_owned(),
             type_name,
             action,
-            status: if self.mode == Mode::Plan { Status::Planned } else { Status::Done },
+            status: if self.mode == Mode::Plan {
+                Status::Planned
+            } else {
+                Status::Done
+            },
             external_id,
             duration: started.elapsed(),
             error: None,
@@ -1113,7 +1358,11 @@ impl Run<'_, '_> {
     /// Returns false if anything could not be deleted.
     async fn delete_all(&self, records: Vec<ResourceRecord>) -> bool {
         let n = records.len();
-        let index: HashMap<&str, usize> = records.iter().enumerate().map(|(i, r)| (r.step_id.as_str(), i)).collect();
+        let index: HashMap<&str, usize> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.step_id.as_str(), i))
+            .collect();
         // blockers[i]: how many resources that depend on i are still to be deleted.
         let mut blockers = vec![0usize; n];
         let mut depends: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -1135,7 +1384,9 @@ impl Run<'_, '_> {
             while let Some(i) = ready.pop() {
                 running.push(async move { (i, self.delete_one(&records[i]).await) });
             }
-            let Some((i, success)) = running.next().await else { break };
+            let Some((i, success)) = running.next().await else {
+                break;
+            };
             if !success {
                 ok = false;
                 failed[i] = true;
@@ -1160,7 +1411,14 @@ impl Run<'_, '_> {
     }
 
     /// Reports `j` as kept and, once nothing else waits on them, everything it depends on.
-    fn keep(&self, j: usize, depends: &[Vec<usize>], blockers: &mut [usize], failed: &mut [bool], records: &[ResourceRecord]) {
+    fn keep(
+        &self,
+        j: usize,
+        depends: &[Vec<usize>],
+        blockers: &mut [usize],
+        failed: &mut [bool],
+        records: &[ResourceRecord],
+    ) {
         let mut stack = vec![j];
         while let Some(x) = stack.pop() {
             self.report(StepReport {
@@ -1217,11 +1475,18 @@ impl Run<'_, '_> {
         self.engine.observer.step_started(&rec.step_id, &rec.type_name);
         if rec.managed {
             let Some(provider) = self.engine.providers.get(&rec.type_name) else {
-                self.report(finish(Status::Failed, Some(format!("no provider for '{}': cannot delete it", rec.type_name))));
+                self.report(finish(
+                    Status::Failed,
+                    Some(format!("no provider for '{}': cannot delete it", rec.type_name)),
+                ));
                 return false;
             };
             let provider: &Arc<dyn Provider> = provider;
-            let cx = OpContext { deployment: self.deployment, step_id: &rec.step_id, type_name: &rec.type_name };
+            let cx = OpContext {
+                deployment: self.deployment,
+                step_id: &rec.step_id,
+                type_name: &rec.type_name,
+            };
             if let Err(e) = provider.delete(&cx, &rec.external_id, &rec.actual).await {
                 self.report(finish(Status::Failed, Some(format!("{}: {e}", rec.type_name))));
                 return false;
@@ -1242,6 +1507,10 @@ impl Run<'_, '_> {
 fn undefined_returns(step: &Step) -> Env {
     match &step.kind {
         StepKind::Collection { into, .. } => [(into.clone(), Val::known(Value::Null))].into_iter().collect(),
-        _ => step.returns.iter().map(|r| (r.name.clone(), Val::known(Value::Null))).collect(),
+        _ => step
+            .returns
+            .iter()
+            .map(|r| (r.name.clone(), Val::known(Value::Null)))
+            .collect(),
     }
 }

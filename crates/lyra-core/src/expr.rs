@@ -28,10 +28,17 @@ impl Ref {
             return None;
         }
         let path: Vec<String> = parts.map(str::to_owned).collect();
-        if path.iter().any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')) {
+        if path
+            .iter()
+            .any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        {
             return None;
         }
-        Some(Ref { name: name.to_owned(), path, span })
+        Some(Ref {
+            name: name.to_owned(),
+            path,
+            span,
+        })
     }
 }
 
@@ -98,7 +105,10 @@ impl Expr {
         match self {
             Expr::Lit(v) => Ok(v.clone()),
             Expr::Ref(r) => match lookup(&r.name) {
-                None => Err(ResolveError::Unbound { name: r.name.clone(), span: r.span }),
+                None => Err(ResolveError::Unbound {
+                    name: r.name.clone(),
+                    span: r.span,
+                }),
                 Some(Var::Unknown) => Err(ResolveError::Unknown),
                 Some(Var::Known(v)) => {
                     if r.path.is_empty() {
@@ -114,7 +124,9 @@ impl Expr {
                     })
                 }
             },
-            Expr::Array(items) => Ok(Value::Array(items.iter().map(|e| e.resolve(lookup)).collect::<Result<_, _>>()?)),
+            Expr::Array(items) => Ok(Value::Array(
+                items.iter().map(|e| e.resolve(lookup)).collect::<Result<_, _>>()?,
+            )),
             Expr::Object(fields) => {
                 let mut m = Map::new();
                 for (k, e) in fields {
@@ -136,7 +148,10 @@ mod tests {
         let s = Span::default();
         assert_eq!(Ref::parse("$a", s).unwrap().name, "a");
         let r = Ref::parse("$policies.lb_policy", s).unwrap();
-        assert_eq!((r.name.as_str(), r.path.clone()), ("policies", vec!["lb_policy".to_owned()]));
+        assert_eq!(
+            (r.name.as_str(), r.path.clone()),
+            ("policies", vec!["lb_policy".to_owned()])
+        );
         assert!(Ref::parse("$5 off", s).is_none());
         assert!(Ref::parse("cost $x", s).is_none());
         assert!(Ref::parse("$a.", s).is_none());
@@ -146,7 +161,10 @@ mod tests {
     fn resolves_nested_refs() {
         let s = Span::default();
         let e = Expr::Object(vec![
-            ("ids".into(), Expr::Array(vec![Expr::Ref(Ref::parse("$a", s).unwrap()), Expr::Lit(json!(2))])),
+            (
+                "ids".into(),
+                Expr::Array(vec![Expr::Ref(Ref::parse("$a", s).unwrap()), Expr::Lit(json!(2))]),
+            ),
             ("p".into(), Expr::Ref(Ref::parse("$m.k", s).unwrap())),
         ]);
         let a = Var::Known(json!(1));

@@ -38,8 +38,16 @@ impl Graph {
     }
 
     fn scope(&mut self, wf: &Step, prefix: &str, group: Option<&str>) {
-        let StepKind::Workflow { steps, deps } = &wf.kind else { return };
-        let id = |s: &Step| if prefix.is_empty() { s.name.clone() } else { format!("{prefix}/{}", s.name) };
+        let StepKind::Workflow { steps, deps } = &wf.kind else {
+            return;
+        };
+        let id = |s: &Step| {
+            if prefix.is_empty() {
+                s.name.clone()
+            } else {
+                format!("{prefix}/{}", s.name)
+            }
+        };
         for s in steps {
             match &s.kind {
                 StepKind::Workflow { .. } => {
@@ -71,10 +79,18 @@ impl Graph {
     }
 
     pub fn to_mermaid(&self) -> String {
-        let key = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect::<String>();
+        let key = |s: &str| {
+            s.chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect::<String>()
+        };
         let mut out = String::from("flowchart LR\n");
         for (id, label, _) in &self.nodes {
-            out.push_str(&format!("  n_{}[\"{}\"]\n", key(id), label.replace("\\n", "<br/>").replace('"', "'")));
+            out.push_str(&format!(
+                "  n_{}[\"{}\"]\n",
+                key(id),
+                label.replace("\\n", "<br/>").replace('"', "'")
+            ));
         }
         for (a, b) in &self.edges {
             out.push_str(&format!("  n_{} --> n_{}\n", key(a), key(b)));

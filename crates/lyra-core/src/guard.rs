@@ -104,7 +104,9 @@ impl GuardParser<'_> {
         self.toks.get(self.pos).map(|(_, t)| t.as_str())
     }
     fn offset(&self) -> usize {
-        self.toks.get(self.pos).map_or_else(|| self.toks.last().map_or(0, |(o, t)| o + t.len()), |(o, _)| *o)
+        self.toks
+            .get(self.pos)
+            .map_or_else(|| self.toks.last().map_or(0, |(o, t)| o + t.len()), |(o, _)| *o)
     }
 
     fn or(&mut self) -> Result<Guard, (usize, String)> {
@@ -149,7 +151,10 @@ impl GuardParser<'_> {
                 Ok(Guard::Var(name))
             }
             Some(t) => Err((self.offset(), format!("expected a variable name, got '{t}'"))),
-            None => Err((self.offset(), "expected a variable name, got the end of the guard".to_owned())),
+            None => Err((
+                self.offset(),
+                "expected a variable name, got the end of the guard".to_owned(),
+            )),
         }
     }
 }

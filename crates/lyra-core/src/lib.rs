@@ -3,18 +3,18 @@
 //! This crate does no I/O of its own: workflow sources arrive as strings, providers and the
 //! state store arrive as trait objects, and time and cancellation arrive from the caller.
 
+pub mod diag;
+pub mod engine;
+pub mod expr;
+pub mod graph;
+pub mod guard;
+pub mod model;
+pub mod program;
 pub mod provider;
+pub mod report;
 pub mod schema;
 pub mod state;
 pub mod types;
-pub mod value;
-pub mod diag;
-pub mod engine;
-pub mod graph;
-pub mod program;
-pub mod report;
-pub mod expr;
-pub mod guard;
-pub mod model;
-pub mod yaml;
 pub mod validate;
+pub mod value;
+pub mod yaml;

@@ -91,7 +91,9 @@ fn calls_with_spans(step: &Step, out: &mut Vec<(String, Span)>) {
     match &step.kind {
         StepKind::Workflow { steps, .. } => steps.iter().for_each(|s| calls_with_spans(s, out)),
         StepKind::Collection { step, .. } => calls_with_spans(step, out),
-        StepKind::Call { target, target_span, .. } => out.push((target.clone(), *target_span)),
+        StepKind::Call {
+            target, target_span, ..
+        } => out.push((target.clone(), *target_span)),
         StepKind::Resource { .. } => {}
     }
 }

@@ -96,7 +96,9 @@ pub struct Providers {
 
 impl std::fmt::Debug for Providers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Providers").field("types", &self.schemas.names()).finish()
+        f.debug_struct("Providers")
+            .field("types", &self.schemas.names())
+            .finish()
     }
 }
 
@@ -106,15 +108,16 @@ impl Providers {
     }
 
     /// Registers every type of `provider`.
-    pub fn register(&mut self, provider: Arc<dyn Provider>) {
+    pub fn register(&mut self, provider: &Arc<dyn Provider>) {
         for schema in provider.schemas() {
-            self.by_type.insert(type_key(&schema.name), provider.clone());
+            self.by_type.insert(type_key(&schema.name), Arc::clone(provider));
             self.schemas.insert(schema);
         }
     }
 
-    pub fn with(mut self, provider: Arc<dyn Provider>) -> Self {
-        self.register(provider);
+    pub fn with(mut self, provider: impl Provider + 'static) -> Self {
+        let provider: Arc<dyn Provider> = Arc::new(provider);
+        self.register(&provider);
         self
     }
 

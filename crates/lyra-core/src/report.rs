@@ -120,7 +120,10 @@ impl Report {
     /// Resource steps whose action changes something.
     pub fn changes(&self) -> impl Iterator<Item = &StepReport> {
         self.steps.iter().filter(|s| {
-            matches!(s.action, Action::Create | Action::Update | Action::Replace | Action::Delete | Action::Forget)
+            matches!(
+                s.action,
+                Action::Create | Action::Update | Action::Replace | Action::Delete | Action::Forget
+            )
         })
     }
 }

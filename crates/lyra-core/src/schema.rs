@@ -19,7 +19,13 @@ pub struct AttributeSchema {
 
 impl AttributeSchema {
     pub fn new(name: &str, ty: Type) -> Self {
-        AttributeSchema { name: name.to_owned(), ty, provided: false, immutable: false, sensitive: false }
+        AttributeSchema {
+            name: name.to_owned(),
+            ty,
+            provided: false,
+            immutable: false,
+            sensitive: false,
+        }
     }
     pub fn provided(mut self) -> Self {
         self.provided = true;
@@ -45,7 +51,10 @@ pub struct ResourceSchema {
 
 impl ResourceSchema {
     pub fn new(name: &str, attributes: Vec<AttributeSchema>) -> Self {
-        ResourceSchema { name: name.to_owned(), attributes }
+        ResourceSchema {
+            name: name.to_owned(),
+            attributes,
+        }
     }
 
     pub fn attribute(&self, name: &str) -> Option<&AttributeSchema> {

@@ -175,7 +175,11 @@ pub struct StoreError {
 
 impl StoreError {
     pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
-        StoreError { kind, message: message.into(), source: None }
+        StoreError {
+            kind,
+            message: message.into(),
+            source: None,
+        }
     }
 
     pub fn with_source(
@@ -183,7 +187,11 @@ impl StoreError {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        StoreError { kind, message: message.into(), source: Some(Box::new(source)) }
+        StoreError {
+            kind,
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
     }
 }
 

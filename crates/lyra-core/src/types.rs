@@ -11,7 +11,10 @@ use crate::value::{Map, Value};
 pub enum Type {
     Any,
     String,
-    Integer { min: Option<i64>, max: Option<i64> },
+    Integer {
+        min: Option<i64>,
+        max: Option<i64>,
+    },
     Float,
     Numeric,
     Boolean,
@@ -60,7 +63,11 @@ impl Type {
         let t = p.ty()?;
         p.ws();
         if p.pos < src.len() {
-            return Err(format!("unexpected '{}' at offset {} in type '{src}'", &src[p.pos..], p.pos));
+            return Err(format!(
+                "unexpected '{}' at offset {} in type '{src}'",
+                &src[p.pos..],
+                p.pos
+            ));
         }
         Ok(t)
     }
@@ -88,7 +95,9 @@ impl Type {
             (Type::Integer { min, max }, v) => {
                 let i = match v {
                     Value::Number(n) => n.as_i64().or_else(|| {
-                        n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64)
+                        n.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                            .map(|f| f as i64)
                     }),
                     Value::String(s) => s.trim().parse::<i64>().ok(),
                     _ => None,
@@ -107,7 +116,11 @@ impl Type {
             (Type::Float | Type::Numeric, Value::String(s)) => {
                 let t = s.trim();
                 if let Ok(i) = t.parse::<i64>() {
-                    return Ok(if *self == Type::Float { Value::from(i as f64) } else { Value::from(i) });
+                    return Ok(if *self == Type::Float {
+                        Value::from(i as f64)
+                    } else {
+                        Value::from(i)
+                    });
                 }
                 t.parse::<f64>()
                     .ok()
@@ -298,7 +311,10 @@ impl Parser<'_> {
         if self.eat(tok) {
             Ok(())
         } else {
-            Err(format!("expected '{tok}' at offset {} in type '{}'", self.pos, self.src))
+            Err(format!(
+                "expected '{tok}' at offset {} in type '{}'",
+                self.pos, self.src
+            ))
         }
     }
 
@@ -402,7 +418,11 @@ impl Parser<'_> {
                         if !self.eat("=>") {
                             self.expect(":")?;
                         }
-                        fields.push(StructField { name, ty: self.ty()?, optional });
+                        fields.push(StructField {
+                            name,
+                            ty: self.ty()?,
+                            optional,
+                        });
                         if !self.eat(",") {
                             break;
                         }
@@ -445,7 +465,10 @@ mod tests {
             let t = Type::parse(src).unwrap();
             assert_eq!(Type::parse(&t.to_string()).unwrap(), t, "{src}");
         }
-        assert_eq!(Type::parse("Hash[String,String]").unwrap(), Type::hash(Type::String, Type::String));
+        assert_eq!(
+            Type::parse("Hash[String,String]").unwrap(),
+            Type::hash(Type::String, Type::String)
+        );
     }
 
     #[test]

@@ -34,14 +34,23 @@ impl Signature {
 }
 
 /// Validates `wf` in place. `calls` holds the signatures of every workflow it may call.
-pub fn validate(wf: &mut Workflow, schemas: &SchemaRegistry, calls: &HashMap<String, Signature>) -> Result<(), Diagnostics> {
-    let mut cx = Cx { schemas, calls, diags: Diagnostics::default() };
+pub fn validate(
+    wf: &mut Workflow,
+    schemas: &SchemaRegistry,
+    calls: &HashMap<String, Signature>,
+) -> Result<(), Diagnostics> {
+    let mut cx = Cx {
+        schemas,
+        calls,
+        diags: Diagnostics::default(),
+    };
     let inputs = cx.step(&mut wf.root, true);
     // The top level reads only its own parameters (which come from data).
     for (name, span) in inputs {
         cx.diags.push(
-            Diagnostic::new(span, format!("nothing produces '${name}'"))
-                .with_help(format!("declare a parameter '{name}' (with a lookup or a value), or return '{name}' from a step")),
+            Diagnostic::new(span, format!("nothing produces '${name}'")).with_help(format!(
+                "declare a parameter '{name}' (with a lookup or a value), or return '{name}' from a step"
+            )),
         );
     }
     cx.diags.into_result()
@@ -81,7 +90,12 @@ impl Cx<'_> {
         let explicit_params = !step.params.is_empty();
         let step_name = step.name.clone();
         match &mut step.kind {
-            StepKind::Resource { type_name, type_span, value, external_id } => {
+            StepKind::Resource {
+                type_name,
+                type_span,
+                value,
+                external_id,
+            } => {
                 let mut inner = Inputs::new();
                 for a in value.iter() {
                     a.expr.refs().iter().for_each(|r| add(&mut inner, &r.name, r.span));
@@ -100,8 +114,11 @@ impl Cx<'_> {
                     None => {
                         let known = self.schemas.names().join(", ");
                         self.diags.push(
-                            Diagnostic::new(*type_span, format!("unknown resource type '{type_name}' in step '{step_name}'"))
-                                .with_help(format!("known types: {known}")),
+                            Diagnostic::new(
+                                *type_span,
+                                format!("unknown resource type '{type_name}' in step '{step_name}'"),
+                            )
+                            .with_help(format!("known types: {known}")),
                         );
                     }
                     Some(schema) => {
@@ -111,15 +128,29 @@ impl Cx<'_> {
                                 None => {
                                     let known: Vec<&str> = schema.attributes.iter().map(|x| x.name.as_str()).collect();
                                     self.diags.push(
-                                        Diagnostic::new(a.span, format!("unknown attribute '{}' for {} in step '{step_name}'", a.name, schema.name))
-                                            .with_help(format!("{} has: {}", schema.name, known.join(", "))),
+                                        Diagnostic::new(
+                                            a.span,
+                                            format!(
+                                                "unknown attribute '{}' for {} in step '{step_name}'",
+                                                a.name, schema.name
+                                            ),
+                                        )
+                                        .with_help(format!(
+                                            "{} has: {}",
+                                            schema.name,
+                                            known.join(", ")
+                                        )),
                                     );
                                 }
                                 Some(attr) => {
                                     if let crate::expr::Expr::Lit(v) = &a.expr
                                         && let Err(e) = attr.ty.coerce(v)
                                     {
-                                        let inner = if e.path.is_empty() { String::new() } else { format!(" at '{}'", e.path) };
+                                        let inner = if e.path.is_empty() {
+                                            String::new()
+                                        } else {
+                                            format!(" at '{}'", e.path)
+                                        };
                                         self.diags.error(
                                             a.span,
                                             format!(
@@ -135,15 +166,28 @@ impl Cx<'_> {
                             match r.source_name() {
                                 Some(attr) if schema.attribute(attr).is_none() => {
                                     self.diags.push(
-                                        Diagnostic::new(r.span, format!("step '{step_name}' returns '{attr}', which is not an attribute of {}", schema.name))
-                                            .with_help(format!(
-                                                "{} has: {}",
-                                                schema.name,
-                                                schema.attributes.iter().map(|x| x.name.as_str()).collect::<Vec<_>>().join(", ")
-                                            )),
+                                        Diagnostic::new(
+                                            r.span,
+                                            format!(
+                                                "step '{step_name}' returns '{attr}', which is not an attribute of {}",
+                                                schema.name
+                                            ),
+                                        )
+                                        .with_help(format!(
+                                            "{} has: {}",
+                                            schema.name,
+                                            schema
+                                                .attributes
+                                                .iter()
+                                                .map(|x| x.name.as_str())
+                                                .collect::<Vec<_>>()
+                                                .join(", ")
+                                        )),
                                     );
                                 }
-                                None => self.diags.error(r.span, "a resource's returns name attributes; 'value' is for workflows"),
+                                None => self
+                                    .diags
+                                    .error(r.span, "a resource's returns name attributes; 'value' is for workflows"),
                                 _ => {}
                             }
                         }
@@ -165,7 +209,12 @@ impl Cx<'_> {
                     }
                 }
             }
-            StepKind::Collection { over, vars, step: inner, .. } => {
+            StepKind::Collection {
+                over,
+                vars,
+                step: inner,
+                ..
+            } => {
                 for e in over.exprs() {
                     e.refs().iter().for_each(|r| add(&mut inputs, &r.name, r.span));
                 }
@@ -176,7 +225,11 @@ impl Cx<'_> {
                     }
                 }
             }
-            StepKind::Call { target, target_span, args } => {
+            StepKind::Call {
+                target,
+                target_span,
+                args,
+            } => {
                 for (_, e, _) in args.iter() {
                     e.refs().iter().for_each(|r| add(&mut inputs, &r.name, r.span));
                 }
@@ -185,14 +238,18 @@ impl Cx<'_> {
                         let mut known: Vec<&str> = self.calls.keys().map(String::as_str).collect();
                         known.sort_unstable();
                         self.diags.push(
-                            Diagnostic::new(*target_span, format!("step '{step_name}' calls '{target}', which is not a known workflow"))
-                                .with_help(format!("workflows on the load path: {}", known.join(", "))),
+                            Diagnostic::new(
+                                *target_span,
+                                format!("step '{step_name}' calls '{target}', which is not a known workflow"),
+                            )
+                            .with_help(format!("workflows on the load path: {}", known.join(", "))),
                         );
                     }
                     Some(sig) => {
                         for (called, _, span) in args.iter() {
                             if !sig.params.iter().any(|(p, _)| p == called) {
-                                self.diags.error(*span, format!("workflow '{target}' has no parameter '{called}'"));
+                                self.diags
+                                    .error(*span, format!("workflow '{target}' has no parameter '{called}'"));
                             }
                         }
                         for (p, has_source) in &sig.params {
@@ -204,9 +261,14 @@ impl Cx<'_> {
                             match r.source_name() {
                                 Some(n) if !sig.returns.iter().any(|x| x == n) => self.diags.error(
                                     r.span,
-                                    format!("workflow '{target}' has no return '{n}' (it returns: {})", sig.returns.join(", ")),
+                                    format!(
+                                        "workflow '{target}' has no return '{n}' (it returns: {})",
+                                        sig.returns.join(", ")
+                                    ),
                                 ),
-                                None => self.diags.error(r.span, "a call's returns name the called workflow's returns"),
+                                None => self
+                                    .diags
+                                    .error(r.span, "a call's returns name the called workflow's returns"),
                                 _ => {}
                             }
                         }
@@ -287,14 +349,20 @@ impl Cx<'_> {
             };
             for (n, s) in names {
                 if !producers.contains_key(&n) {
-                    self.diags.error(s, format!("workflow '{wf_name}' returns '{n}', but none of its steps or parameters produces it"));
+                    self.diags.error(
+                        s,
+                        format!("workflow '{wf_name}' returns '{n}', but none of its steps or parameters produces it"),
+                    );
                 }
             }
         }
         for cycle in find_cycles(deps) {
             let mut names: Vec<&str> = cycle.iter().map(|i| steps[*i].name.as_str()).collect();
             names.push(names[0]);
-            self.diags.error(steps[cycle[0]].span, format!("dependency cycle in workflow '{wf_name}': {}", names.join(" -> ")));
+            self.diags.error(
+                steps[cycle[0]].span,
+                format!("dependency cycle in workflow '{wf_name}': {}", names.join(" -> ")),
+            );
         }
         free
     }
@@ -308,7 +376,9 @@ pub fn find_cycles(deps: &[Vec<usize>]) -> Vec<Vec<usize>> {
     let mut cycles = Vec::new();
     loop {
         // Kahn's algorithm over what is left: strip everything that is not blocked by a cycle.
-        let mut pending: Vec<usize> = (0..n).map(|i| deps[i].iter().filter(|d| !removed[**d]).count()).collect();
+        let mut pending: Vec<usize> = (0..n)
+            .map(|i| deps[i].iter().filter(|d| !removed[**d]).count())
+            .collect();
         let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (i, ds) in deps.iter().enumerate() {
             for &d in ds {
@@ -328,13 +398,18 @@ pub fn find_cycles(deps: &[Vec<usize>]) -> Vec<Vec<usize>> {
                 }
             }
         }
-        let Some(start) = (0..n).find(|i| !done[*i]) else { return cycles };
+        let Some(start) = (0..n).find(|i| !done[*i]) else {
+            return cycles;
+        };
         // Walk blocked dependencies until a node repeats: that loop is a cycle.
         let mut path = vec![start];
         let mut seen: HashMap<usize, usize> = HashMap::from([(start, 0)]);
         let mut cur = start;
         loop {
-            let next = *deps[cur].iter().find(|d| !done[**d]).expect("a blocked node has a blocked dependency");
+            let next = *deps[cur]
+                .iter()
+                .find(|d| !done[**d])
+                .expect("a blocked node has a blocked dependency");
             if let Some(&at) = seen.get(&next) {
                 let mut cycle: Vec<usize> = path[at..].to_vec();
                 // Print the cycle in data-flow order: producer before consumer.
@@ -363,7 +438,9 @@ mod tests {
         let c = find_cycles(&[vec![2], vec![0], vec![1], vec![2]]);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].len(), 3);
-        let deep: Vec<Vec<usize>> = (0..100_000).map(|i| if i == 0 { vec![] } else { vec![i - 1] }).collect();
+        let deep: Vec<Vec<usize>> = (0..100_000)
+            .map(|i| if i == 0 { vec![] } else { vec![i - 1] })
+            .collect();
         assert!(find_cycles(&deep).is_empty());
     }
 }

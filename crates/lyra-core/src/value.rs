@@ -43,9 +43,7 @@ pub fn set_dotted(root: &mut Map, dotted: &str, value: Value) {
             cur.insert(part.to_owned(), value);
             return;
         }
-        let entry = cur
-            .entry(part.to_owned())
-            .or_insert_with(|| Value::Object(Map::new()));
+        let entry = cur.entry(part.to_owned()).or_insert_with(|| Value::Object(Map::new()));
         if !entry.is_object() {
             *entry = Value::Object(Map::new());
         }
@@ -72,6 +70,9 @@ mod tests {
         let mut m = Map::new();
         set_dotted(&mut m, "aws.tags.Name", json!("x"));
         set_dotted(&mut m, "aws.region", json!("eu"));
-        assert_eq!(Value::Object(m), json!({"aws": {"tags": {"Name": "x"}, "region": "eu"}}));
+        assert_eq!(
+            Value::Object(m),
+            json!({"aws": {"tags": {"Name": "x"}, "region": "eu"}})
+        );
     }
 }

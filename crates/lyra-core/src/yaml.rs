@@ -5,8 +5,8 @@
 //! workflow, `each`/`eachPair`/`times`/`range` → collection, `call` → call, `resource` →
 //! resource. Unlike the original parser, unknown keys are errors.
 
-use marked_yaml::{LoaderOptions, Node, parse_yaml_with_options};
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode};
+use marked_yaml::{LoaderOptions, Node, parse_yaml_with_options};
 
 use crate::diag::{Diagnostic, Diagnostics, FileId, Span};
 use crate::expr::{Expr, Ref};
@@ -21,17 +21,25 @@ const COLLECTION_KEYS: &[&str] = &["each", "eachPair", "times", "range"];
 /// Parses one workflow file. `name` is the workflow's name (see [`workflow_name`]).
 pub fn parse_workflow(name: &str, file: FileId, text: &str) -> Result<Workflow, Diagnostics> {
     let node = load(file, text)?;
-    let mut fe = FrontEnd { file, diags: Diagnostics::default() };
+    let mut fe = FrontEnd {
+        file,
+        diags: Diagnostics::default(),
+    };
     let span = Span::new(file, 1, 1);
     let root = match node.as_mapping() {
         Some(map) => fe.step(name, span, map),
         None => {
-            fe.diags.error(fe.span(&node), "a workflow file must be a mapping (a step)");
+            fe.diags
+                .error(fe.span(&node), "a workflow file must be a mapping (a step)");
             None
         }
     };
     match root {
-        Some(root) if fe.diags.is_empty() => Ok(Workflow { name: name.to_owned(), file, root }),
+        Some(root) if fe.diags.is_empty() => Ok(Workflow {
+            name: name.to_owned(),
+            file,
+            root,
+        }),
         _ => Err(fe.diags.sorted()),
     }
 }
@@ -55,20 +63,35 @@ pub fn parse_data(file: FileId, text: &str) -> Result<Map, Diagnostics> {
 /// Parses a YAML value given on the command line or in data (no positions needed).
 pub fn parse_value(text: &str) -> Result<Value, String> {
     let wrapped = format!("v: {text}");
-    let node = parse_yaml_with_options(0, &wrapped, LoaderOptions::default().error_on_duplicate_keys(true).prevent_coercion(true))
-        .map_err(|e| e.to_string())?;
-    Ok(node.as_mapping().and_then(|m| m.get_node("v")).map(value_of).unwrap_or(Value::Null))
+    let node = parse_yaml_with_options(
+        0,
+        &wrapped,
+        LoaderOptions::default()
+            .error_on_duplicate_keys(true)
+            .prevent_coercion(true),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(node
+        .as_mapping()
+        .and_then(|m| m.get_node("v"))
+        .map(value_of)
+        .unwrap_or(Value::Null))
 }
 
 /// `a/b.yaml` (relative to a load path) → `a::b`.
 pub fn workflow_name(relative_path: &str) -> String {
     let trimmed = relative_path.trim_start_matches("./");
-    let stem = trimmed.strip_suffix(".yaml").or_else(|| trimmed.strip_suffix(".yml")).unwrap_or(trimmed);
+    let stem = trimmed
+        .strip_suffix(".yaml")
+        .or_else(|| trimmed.strip_suffix(".yml"))
+        .unwrap_or(trimmed);
     stem.replace(['/', '\\'], "::")
 }
 
 fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
-    let opts = LoaderOptions::default().error_on_duplicate_keys(true).prevent_coercion(true);
+    let opts = LoaderOptions::default()
+        .error_on_duplicate_keys(true)
+        .prevent_coercion(true);
     if text.trim().is_empty() {
         let mut d = Diagnostics::default();
         d.error(Span::new(file, 1, 1), "the file is empty");
@@ -97,7 +120,9 @@ fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
                 ),
             ),
         };
-        let span = marker.map_or(Span::new(file, 1, 1), |m| Span::new(file, m.line() as u32, m.column() as u32));
+        let span = marker.map_or(Span::new(file, 1, 1), |m| {
+            Span::new(file, m.line() as u32, m.column() as u32)
+        });
         let mut d = Diagnostics::default();
         d.error(span, msg);
         d
@@ -155,7 +180,9 @@ impl FrontEnd {
     }
 
     fn marker_span(&self, m: Option<&marked_yaml::Marker>) -> Span {
-        m.map_or(Span::new(self.file, 0, 0), |m| Span::new(self.file, m.line() as u32, m.column() as u32))
+        m.map_or(Span::new(self.file, 0, 0), |m| {
+            Span::new(self.file, m.line() as u32, m.column() as u32)
+        })
     }
 
     fn err(&mut self, span: Span, msg: impl Into<String>) {
@@ -166,10 +193,8 @@ impl FrontEnd {
         match node {
             Node::Scalar(s) => {
                 let span = self.key_span(s);
-                if s.as_str().starts_with('$') {
-                    if let Some(r) = Ref::parse(s.as_str(), span) {
-                        return Expr::Ref(r);
-                    }
+                if let Some(r) = Ref::parse(s.as_str(), span) {
+                    return Expr::Ref(r);
                 }
                 Expr::Lit(scalar_value(s))
             }
@@ -182,7 +207,8 @@ impl FrontEnd {
                 }
             }
             Node::Mapping(m) => {
-                let fields: Vec<(String, Expr)> = m.iter().map(|(k, v)| (k.as_str().to_owned(), self.expr(v))).collect();
+                let fields: Vec<(String, Expr)> =
+                    m.iter().map(|(k, v)| (k.as_str().to_owned(), self.expr(v))).collect();
                 if fields.iter().all(|(_, e)| e.is_literal()) {
                     Expr::Lit(value_of(node))
                 } else {
@@ -232,11 +258,19 @@ impl FrontEnd {
         let coll_keys: Vec<&str> = COLLECTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         let kinds = [has("steps"), !coll_keys.is_empty(), has("call"), has("resource")];
         if kinds.iter().filter(|k| **k).count() > 1 {
-            self.err(span, format!("step '{name}' mixes step kinds: use only one of 'steps', 'resource', 'call', or a collection key"));
+            self.err(
+                span,
+                format!(
+                    "step '{name}' mixes step kinds: use only one of 'steps', 'resource', 'call', or a collection key"
+                ),
+            );
             return None;
         }
         if coll_keys.len() > 1 {
-            self.err(span, format!("step '{name}' has several collection keys: {}", coll_keys.join(", ")));
+            self.err(
+                span,
+                format!("step '{name}' has several collection keys: {}", coll_keys.join(", ")),
+            );
             return None;
         }
         let (allowed, is_call): (&[&str], bool) = if kinds[0] {
@@ -256,17 +290,31 @@ impl FrontEnd {
         };
         for (k, _) in map.iter() {
             if !allowed.contains(&k.as_str()) && !COMMON_KEYS.contains(&k.as_str()) {
-                let kind = if kinds[0] { "workflow" } else if kinds[1] { "collection" } else if kinds[2] { "call" } else { "resource" };
+                let kind = if kinds[0] {
+                    "workflow"
+                } else if kinds[1] {
+                    "collection"
+                } else if kinds[2] {
+                    "call"
+                } else {
+                    "resource"
+                };
                 let mut all: Vec<&str> = allowed.to_vec();
                 all.extend(COMMON_KEYS);
                 self.diags.push(
-                    Diagnostic::new(self.key_span(k), format!("unknown key '{}' in {kind} step '{name}'", k.as_str()))
-                        .with_help(format!("a {kind} step takes: {}", all.join(", "))),
+                    Diagnostic::new(
+                        self.key_span(k),
+                        format!("unknown key '{}' in {kind} step '{name}'", k.as_str()),
+                    )
+                    .with_help(format!("a {kind} step takes: {}", all.join(", "))),
                 );
             }
         }
 
-        let params = map.get_node("parameters").map(|n| self.params(n, is_call)).unwrap_or_default();
+        let params = map
+            .get_node("parameters")
+            .map(|n| self.params(n, is_call))
+            .unwrap_or_default();
         let returns = map.get_node("returns").map(|n| self.returns(n)).unwrap_or_default();
         let when = map.get_node("when").and_then(|n| {
             let src = self.string(n, "'when'")?;
@@ -276,7 +324,10 @@ impl FrontEnd {
                 Err((off, msg)) => {
                     // Point into the guard text when it is on one line.
                     let quoted = n.as_scalar().is_some_and(|s| !s.may_coerce());
-                    self.err(at.shifted(off + usize::from(quoted)), format!("bad guard '{src}': {msg}"));
+                    self.err(
+                        at.shifted(off + usize::from(quoted)),
+                        format!("bad guard '{src}': {msg}"),
+                    );
                     None
                 }
             }
@@ -304,7 +355,10 @@ impl FrontEnd {
                 None => {}
             }
             let n = steps.len();
-            StepKind::Workflow { steps, deps: vec![Vec::new(); n] }
+            StepKind::Workflow {
+                steps,
+                deps: vec![Vec::new(); n],
+            }
         } else if kinds[1] {
             self.collection(name, span, map, coll_keys[0])?
         } else if kinds[2] {
@@ -319,12 +373,20 @@ impl FrontEnd {
                 .map(|p| {
                     let e = match &p.source {
                         ParamSource::Value(e) => e.clone(),
-                        ParamSource::Lookup(_) | ParamSource::Implicit => Expr::Ref(Ref { name: p.name.clone(), path: vec![], span: p.span }),
+                        ParamSource::Lookup(_) | ParamSource::Implicit => Expr::Ref(Ref {
+                            name: p.name.clone(),
+                            path: vec![],
+                            span: p.span,
+                        }),
                     };
                     (p.name.clone(), e, p.span)
                 })
                 .collect();
-            StepKind::Call { target, target_span, args }
+            StepKind::Call {
+                target,
+                target_span,
+                args,
+            }
         } else {
             let tnode = map.get_node("resource").expect("checked");
             let type_span = self.span(tnode);
@@ -333,19 +395,39 @@ impl FrontEnd {
             match map.get_node("value") {
                 Some(Node::Mapping(m)) => {
                     for (k, v) in m.iter() {
-                        value.push(Attr { name: k.as_str().to_owned(), span: self.key_span(k), expr: self.expr(v) });
+                        value.push(Attr {
+                            name: k.as_str().to_owned(),
+                            span: self.key_span(k),
+                            expr: self.expr(v),
+                        });
                     }
                 }
                 Some(Node::Scalar(s)) if s.as_str().is_empty() => {}
-                Some(other) => self.err(self.span(other), "'value' must be a mapping of attribute names to values"),
+                Some(other) => self.err(
+                    self.span(other),
+                    "'value' must be a mapping of attribute names to values",
+                ),
                 None => {}
             }
             let external_id = map.get_node("external_id").map(|n| (self.expr(n), self.span(n)));
-            StepKind::Resource { type_name, type_span, value, external_id }
+            StepKind::Resource {
+                type_name,
+                type_span,
+                value,
+                external_id,
+            }
         };
         // Call arguments were taken from `parameters`; the step itself has none of its own.
         let params = if is_call { Vec::new() } else { params };
-        Some(Step { name: name.to_owned(), span, params, returns, when, kind, inputs: Vec::new() })
+        Some(Step {
+            name: name.to_owned(),
+            span,
+            params,
+            returns,
+            when,
+            kind,
+            inputs: Vec::new(),
+        })
     }
 
     fn collection(&mut self, name: &str, span: Span, map: &MarkedMappingNode, key: &str) -> Option<StepKind> {
@@ -363,11 +445,23 @@ impl FrontEnd {
                 }
             },
         };
-        let vars: Vec<String> = map.get_node("as").map(|n| self.names(n, "'as'")).unwrap_or_default().into_iter().map(|(n, _)| n).collect();
+        let vars: Vec<String> = map
+            .get_node("as")
+            .map(|n| self.names(n, "'as'"))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         match key {
             "each" if vars.is_empty() => self.err(span, format!("collection '{name}' needs 'as' to name each element")),
-            "eachPair" if vars.len() != 2 => self.err(span, format!("collection '{name}' needs 'as: [key, value]' for eachPair")),
-            "times" | "range" if vars.len() > 1 => self.err(span, format!("collection '{name}' binds only the index: give one name in 'as'")),
+            "eachPair" if vars.len() != 2 => self.err(
+                span,
+                format!("collection '{name}' needs 'as: [key, value]' for eachPair"),
+            ),
+            "times" | "range" if vars.len() > 1 => self.err(
+                span,
+                format!("collection '{name}' binds only the index: give one name in 'as'"),
+            ),
             _ => {}
         }
         let into = match map.get_node("into") {
@@ -385,7 +479,13 @@ impl FrontEnd {
                 return None;
             }
         };
-        Some(StepKind::Collection { over, over_span, vars, into, step: Box::new(step) })
+        Some(StepKind::Collection {
+            over,
+            over_span,
+            vars,
+            into,
+            step: Box::new(step),
+        })
     }
 
     fn params(&mut self, node: &Node, is_call: bool) -> Vec<Param> {
@@ -395,13 +495,22 @@ impl FrontEnd {
                 for (k, v) in m.iter() {
                     let span = self.key_span(k);
                     let name = k.as_str().to_owned();
-                    let mut p = Param { name: name.clone(), span, ty: None, source: ParamSource::Implicit };
+                    let mut p = Param {
+                        name: name.clone(),
+                        span,
+                        ty: None,
+                        source: ParamSource::Implicit,
+                    };
                     match v {
                         // On a call, `local: calledName`: the called parameter `calledName`
                         // takes the caller's `$local`.
                         Node::Scalar(s) if is_call && !s.as_str().is_empty() => {
                             p.name = s.as_str().to_owned();
-                            p.source = ParamSource::Value(Expr::Ref(Ref { name, path: vec![], span }));
+                            p.source = ParamSource::Value(Expr::Ref(Ref {
+                                name,
+                                path: vec![],
+                                span,
+                            }));
                         }
                         // Elsewhere the May 2019 shorthand `name: Type`.
                         Node::Scalar(s) if !s.as_str().is_empty() => p.ty = self.ty(v),
@@ -412,10 +521,12 @@ impl FrontEnd {
                                     "type" => p.ty = self.ty(pv),
                                     "lookup" => {
                                         p.source = match pv {
-                                            Node::Sequence(seq) if !seq.is_empty() => match self.string(&seq[0], "'lookup'") {
-                                                Some(key) => ParamSource::Lookup(key),
-                                                None => continue,
-                                            },
+                                            Node::Sequence(seq) if !seq.is_empty() => {
+                                                match self.string(&seq[0], "'lookup'") {
+                                                    Some(key) => ParamSource::Lookup(key),
+                                                    None => continue,
+                                                }
+                                            }
                                             _ => match self.string(pv, "'lookup'") {
                                                 Some(key) => ParamSource::Lookup(key),
                                                 None => continue,
@@ -424,13 +535,18 @@ impl FrontEnd {
                                     }
                                     "value" => p.source = ParamSource::Value(self.expr(pv)),
                                     other => self.diags.push(
-                                        Diagnostic::new(self.key_span(pk), format!("unknown key '{other}' in parameter '{name}'"))
-                                            .with_help("a parameter takes: type, lookup, value"),
+                                        Diagnostic::new(
+                                            self.key_span(pk),
+                                            format!("unknown key '{other}' in parameter '{name}'"),
+                                        )
+                                        .with_help("a parameter takes: type, lookup, value"),
                                     ),
                                 }
                             }
                         }
-                        Node::Sequence(_) => self.err(self.span(v), format!("parameter '{name}' must be a type or a mapping")),
+                        Node::Sequence(_) => {
+                            self.err(self.span(v), format!("parameter '{name}' must be a type or a mapping"))
+                        }
                     }
                     out.push(p);
                 }
@@ -439,7 +555,12 @@ impl FrontEnd {
             _ => self
                 .names(node, "'parameters'")
                 .into_iter()
-                .map(|(name, span)| Param { name, span, ty: None, source: ParamSource::Implicit })
+                .map(|(name, span)| Param {
+                    name,
+                    span,
+                    ty: None,
+                    source: ParamSource::Implicit,
+                })
                 .collect(),
         }
     }
@@ -450,7 +571,12 @@ impl FrontEnd {
                 let mut out = Vec::new();
                 for (k, v) in m.iter() {
                     let span = self.key_span(k);
-                    let mut r = Return { name: k.as_str().to_owned(), span, ty: None, source: ReturnSource::Same };
+                    let mut r = Return {
+                        name: k.as_str().to_owned(),
+                        span,
+                        ty: None,
+                        source: ReturnSource::Same,
+                    };
                     match v {
                         Node::Scalar(s) if s.as_str().is_empty() => {}
                         Node::Scalar(s) => r.source = ReturnSource::Alias(s.as_str().to_owned()),
@@ -465,13 +591,18 @@ impl FrontEnd {
                                         }
                                     }
                                     other => self.diags.push(
-                                        Diagnostic::new(self.key_span(rk), format!("unknown key '{other}' in return '{}'", r.name))
-                                            .with_help("a return takes: type, value, alias"),
+                                        Diagnostic::new(
+                                            self.key_span(rk),
+                                            format!("unknown key '{other}' in return '{}'", r.name),
+                                        )
+                                        .with_help("a return takes: type, value, alias"),
                                     ),
                                 }
                             }
                         }
-                        Node::Sequence(_) => self.err(self.span(v), format!("return '{}' must be a name or a mapping", r.name)),
+                        Node::Sequence(_) => {
+                            self.err(self.span(v), format!("return '{}' must be a name or a mapping", r.name))
+                        }
                     }
                     out.push(r);
                 }
@@ -480,7 +611,12 @@ impl FrontEnd {
             _ => self
                 .names(node, "'returns'")
                 .into_iter()
-                .map(|(name, span)| Return { name, span, ty: None, source: ReturnSource::Same })
+                .map(|(name, span)| Return {
+                    name,
+                    span,
+                    ty: None,
+                    source: ReturnSource::Same,
+                })
                 .collect(),
         }
     }
@@ -498,7 +634,10 @@ mod tests {
     #[test]
     fn scalars_are_typed_unless_quoted() {
         let v = parse_value("{a: 1, b: '1', c: true, d: 1.5, e: ~, f: 8G, g: '10.0.0.2', h: 10.0.0.1}").unwrap();
-        assert_eq!(v, json!({"a": 1, "b": "1", "c": true, "d": 1.5, "e": null, "f": "8G", "g": "10.0.0.2", "h": "10.0.0.1"}));
+        assert_eq!(
+            v,
+            json!({"a": 1, "b": "1", "c": true, "d": 1.5, "e": null, "f": "8G", "g": "10.0.0.2", "h": "10.0.0.1"})
+        );
     }
 
     #[test]
@@ -507,8 +646,12 @@ mod tests {
             "parameters: {p: {type: 'Hash[String,String]', lookup: a.b}}\nreturns: [x]\nsteps:\n  s:\n    returns: {x: id}\n    resource: Null::Resource\n    value:\n      input: [$p.k, 2]\n",
         )
         .unwrap();
-        let StepKind::Workflow { steps, .. } = &wf.root.kind else { panic!() };
-        let StepKind::Resource { value, .. } = &steps[0].kind else { panic!() };
+        let StepKind::Workflow { steps, .. } = &wf.root.kind else {
+            panic!()
+        };
+        let StepKind::Resource { value, .. } = &steps[0].kind else {
+            panic!()
+        };
         let refs = value[0].expr.refs();
         assert_eq!(refs[0].name, "p");
         assert_eq!(refs[0].span, Span::new(FileId(0), 8, 15));

@@ -9,7 +9,6 @@
 //! [`builtin`] registers all of them.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use lyra_core::provider::Providers;
 
@@ -40,11 +39,9 @@ impl Default for ProvidersConfig {
 /// All built-in providers, configured by `config`.
 pub fn builtin(config: &ProvidersConfig) -> Providers {
     Providers::new()
-        .with(Arc::new(FoobernetesProvider::new(
-            config.foobernetes_file.clone(),
-        )))
-        .with(Arc::new(NullProvider::new()))
-        .with(Arc::new(TimeProvider::new()))
+        .with(FoobernetesProvider::new(config.foobernetes_file.clone()))
+        .with(NullProvider::new())
+        .with(TimeProvider::new())
 }
 
 /// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
@@ -83,10 +80,7 @@ mod tests {
     #[test]
     fn random_hex_ids_are_prefixed_and_distinct() {
         let a = random_hex_id("null");
-        assert!(
-            a.starts_with("null-") && a.len() == "null-".len() + 16,
-            "{a}"
-        );
+        assert!(a.starts_with("null-") && a.len() == "null-".len() + 16, "{a}");
         assert_ne!(a, random_hex_id("null"));
     }
 }

@@ -72,12 +72,7 @@ impl Provider for NullProvider {
         Ok(echo(desired))
     }
 
-    async fn delete(
-        &self,
-        _cx: &OpContext<'_>,
-        _external_id: &str,
-        _prior: &Map,
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, _cx: &OpContext<'_>, _external_id: &str, _prior: &Map) -> Result<(), ProviderError> {
         Ok(())
     }
 }
@@ -107,11 +102,7 @@ mod tests {
         let p = NullProvider::new();
         let desired = map(json!({"input": {"a": [1, 2]}, "triggers_replace": "x"}));
         let created = p.create(&cx(), &desired).await.unwrap();
-        assert!(
-            created.external_id.starts_with("null-"),
-            "{}",
-            created.external_id
-        );
+        assert!(created.external_id.starts_with("null-"), "{}", created.external_id);
         assert_eq!(
             Value::Object(created.actual.clone()),
             json!({"input": {"a": [1, 2]}, "triggers_replace": "x", "output": {"a": [1, 2]}})
@@ -122,10 +113,7 @@ mod tests {
             .update(&cx(), &created.external_id, &desired, &created.actual)
             .await
             .unwrap();
-        assert_eq!(
-            Value::Object(updated),
-            json!({"input": "new", "output": "new"})
-        );
+        assert_eq!(Value::Object(updated), json!({"input": "new", "output": "new"}));
 
         // No input: the output is null rather than missing, so it can still be referenced.
         let created = p.create(&cx(), &Map::new()).await.unwrap();

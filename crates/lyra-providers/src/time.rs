@@ -37,11 +37,8 @@ fn duration(state: &Map, attribute: &str) -> Result<Duration, ProviderError> {
     };
     match state.get(attribute) {
         None | Some(Value::Null) => Ok(Duration::ZERO),
-        Some(Value::String(s)) => humantime::parse_duration(s.trim()).map_err(|e| {
-            invalid(format!(
-                "'{s}' is not a duration such as 100ms, 2s or 1m30s: {e}"
-            ))
-        }),
+        Some(Value::String(s)) => humantime::parse_duration(s.trim())
+            .map_err(|e| invalid(format!("'{s}' is not a duration such as 100ms, 2s or 1m30s: {e}"))),
         Some(other) => Err(invalid(format!(
             "expects a duration string such as 2s, got {}",
             kind_of(other)
@@ -100,12 +97,7 @@ impl Provider for TimeProvider {
         Ok(desired.clone())
     }
 
-    async fn delete(
-        &self,
-        _cx: &OpContext<'_>,
-        _external_id: &str,
-        prior: &Map,
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, _cx: &OpContext<'_>, _external_id: &str, prior: &Map) -> Result<(), ProviderError> {
         tokio::time::sleep(duration(prior, DESTROY_DURATION)?).await;
         Ok(())
     }
@@ -139,10 +131,7 @@ mod tests {
         assert_eq!(d("100ms").unwrap(), Duration::from_millis(100));
         assert_eq!(d("2s").unwrap(), Duration::from_secs(2));
         assert_eq!(d("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(
-            duration(&Map::new(), CREATE_DURATION).unwrap(),
-            Duration::ZERO
-        );
+        assert_eq!(duration(&Map::new(), CREATE_DURATION).unwrap(), Duration::ZERO);
         assert!(d("soon").is_err());
         assert!(d("5").is_err(), "a bare number has no unit");
     }
@@ -150,26 +139,18 @@ mod tests {
     #[tokio::test]
     async fn create_and_delete_sleep_for_their_durations() {
         let p = TimeProvider::new();
-        let desired = map(
-            json!({"create_duration": "150ms", "destroy_duration": "100ms", "triggers": {"v": 1}}),
-        );
+        let desired = map(json!({"create_duration": "150ms", "destroy_duration": "100ms", "triggers": {"v": 1}}));
 
         let start = Instant::now();
         let created = p.create(&cx(), &desired).await.unwrap();
         let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_millis(150), "{elapsed:?}");
         assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
-        assert!(
-            created.external_id.starts_with("sleep-"),
-            "{}",
-            created.external_id
-        );
+        assert!(created.external_id.starts_with("sleep-"), "{}", created.external_id);
         assert_eq!(created.actual, desired);
 
         let start = Instant::now();
-        p.delete(&cx(), &created.external_id, &created.actual)
-            .await
-            .unwrap();
+        p.delete(&cx(), &created.external_id, &created.actual).await.unwrap();
         let elapsed = start.elapsed();
         assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
         assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
@@ -181,9 +162,7 @@ mod tests {
         let desired = map(json!({"create_duration": "1h"}));
         let start = Instant::now();
         assert_eq!(
-            p.update(&cx(), "sleep-1", &desired, &Map::new())
-                .await
-                .unwrap(),
+            p.update(&cx(), "sleep-1", &desired, &Map::new()).await.unwrap(),
             desired
         );
         assert!(start.elapsed() < Duration::from_secs(5));
@@ -208,10 +187,7 @@ mod tests {
             }
             other => panic!("unexpected error {other:?}"),
         }
-        let err = p
-            .create(&cx(), &map(json!({"destroy_duration": 3})))
-            .await
-            .unwrap_err();
+        let err = p.create(&cx(), &map(json!({"destroy_duration": 3}))).await.unwrap_err();
         assert!(
             matches!(&err, ProviderError::InvalidValue { attribute, .. } if attribute == DESTROY_DURATION),
             "{err:?}"

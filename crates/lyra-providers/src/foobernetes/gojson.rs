@@ -39,11 +39,7 @@ impl Formatter for GoFormatter {
     fn end_array<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
         self.pretty.end_array(w)
     }
-    fn begin_array_value<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
+    fn begin_array_value<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
         self.pretty.begin_array_value(w, first)
     }
     fn end_array_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
@@ -55,11 +51,7 @@ impl Formatter for GoFormatter {
     fn end_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
         self.pretty.end_object(w)
     }
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
+    fn begin_object_key<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
         self.pretty.begin_object_key(w, first)
     }
     fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
@@ -69,11 +61,7 @@ impl Formatter for GoFormatter {
         self.pretty.end_object_value(w)
     }
 
-    fn write_string_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
+    fn write_string_fragment<W: ?Sized + io::Write>(&mut self, w: &mut W, fragment: &str) -> io::Result<()> {
         let mut start = 0;
         for (i, c) in fragment.char_indices() {
             let escape = match c {
@@ -91,11 +79,7 @@ impl Formatter for GoFormatter {
         w.write_all(&fragment.as_bytes()[start..])
     }
 
-    fn write_char_escape<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        escape: CharEscape,
-    ) -> io::Result<()> {
+    fn write_char_escape<W: ?Sized + io::Write>(&mut self, w: &mut W, escape: CharEscape) -> io::Result<()> {
         match escape {
             CharEscape::Backspace => w.write_all(b"\\u0008"),
             CharEscape::FormFeed => w.write_all(b"\\u000c"),
@@ -119,10 +103,7 @@ mod tests {
             go(&json!({"a": {}, "b": [], "c": null})),
             "{\n  \"a\": {},\n  \"b\": [],\n  \"c\": null\n}"
         );
-        assert_eq!(
-            go(&json!({"a": [1, "x"]})),
-            "{\n  \"a\": [\n    1,\n    \"x\"\n  ]\n}"
-        );
+        assert_eq!(go(&json!({"a": [1, "x"]})), "{\n  \"a\": [\n    1,\n    \"x\"\n  ]\n}");
     }
 
     #[test]

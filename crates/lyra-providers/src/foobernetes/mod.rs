@@ -74,18 +74,10 @@ impl FoobernetesProvider {
         ]
         .into_iter()
         .find(|(_, schema)| type_key(&schema.name) == key)
-        .ok_or_else(|| {
-            ProviderError::Other(format!(
-                "Foobernetes does not manage resources of type {type_name}"
-            ))
-        })
+        .ok_or_else(|| ProviderError::Other(format!("Foobernetes does not manage resources of type {type_name}")))
     }
 
-    async fn create_as<R: Resource>(
-        &self,
-        desired: &Map,
-        schema: &ResourceSchema,
-    ) -> Result<Created, ProviderError> {
+    async fn create_as<R: Resource>(&self, desired: &Map, schema: &ResourceSchema) -> Result<Created, ProviderError> {
         let mut entry = R::from_desired(desired, schema)?;
         self.store
             .modify(move |deployment, session| {
@@ -100,23 +92,14 @@ impl FoobernetesProvider {
                 entry.on_create(session);
                 let actual = to_actual(&entry)?;
                 table.insert(external_id.clone(), entry);
-                Ok((
-                    Created {
-                        external_id,
-                        actual,
-                    },
-                    true,
-                ))
+                Ok((Created { external_id, actual }, true))
             })
             .await
     }
 
     async fn read_as<R: Resource>(&self, external_id: &str) -> Result<Option<Map>, ProviderError> {
         let deployment = self.store.load().await?;
-        R::table(&deployment)
-            .get(external_id)
-            .map(to_actual)
-            .transpose()
+        R::table(&deployment).get(external_id).map(to_actual).transpose()
     }
 
     async fn update_as<R: Resource>(
@@ -132,10 +115,7 @@ impl FoobernetesProvider {
             .modify(move |deployment, _| {
                 let table = R::table_mut(deployment);
                 let Some(stored) = table.get(&external_id) else {
-                    return Err(ProviderError::NotFound {
-                        type_name,
-                        external_id,
-                    });
+                    return Err(ProviderError::NotFound { type_name, external_id });
                 };
                 entry.set_id(external_id.clone());
                 entry.keep_provided(stored);
@@ -149,9 +129,7 @@ impl FoobernetesProvider {
     async fn delete_as<R: Resource>(&self, external_id: &str) -> Result<(), ProviderError> {
         let external_id = external_id.to_owned();
         self.store
-            .modify(move |deployment, _| {
-                Ok(((), R::table_mut(deployment).remove(&external_id).is_some()))
-            })
+            .modify(move |deployment, _| Ok(((), R::table_mut(deployment).remove(&external_id).is_some())))
             .await
     }
 }
@@ -197,23 +175,12 @@ impl Provider for FoobernetesProvider {
         let t = cx.type_name;
         match self.kind(t)? {
             (Kind::Instance, s) => self.update_as::<Instance>(t, external_id, desired, s).await,
-            (Kind::WebServer, s) => {
-                self.update_as::<WebServer>(t, external_id, desired, s)
-                    .await
-            }
-            (Kind::LoadBalancer, s) => {
-                self.update_as::<LoadBalancer>(t, external_id, desired, s)
-                    .await
-            }
+            (Kind::WebServer, s) => self.update_as::<WebServer>(t, external_id, desired, s).await,
+            (Kind::LoadBalancer, s) => self.update_as::<LoadBalancer>(t, external_id, desired, s).await,
         }
     }
 
-    async fn delete(
-        &self,
-        cx: &OpContext<'_>,
-        external_id: &str,
-        _prior: &Map,
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, cx: &OpContext<'_>, external_id: &str, _prior: &Map) -> Result<(), ProviderError> {
         match self.kind(cx.type_name)?.0 {
             Kind::Instance => self.delete_as::<Instance>(external_id).await,
             Kind::WebServer => self.delete_as::<WebServer>(external_id).await,

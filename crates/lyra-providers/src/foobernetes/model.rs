@@ -235,10 +235,7 @@ impl Attrs<'_> {
 /// attribute name (the Go field name with a lower-case first letter).
 pub(crate) fn to_actual<T: Serialize>(entry: &T) -> Result<Map, ProviderError> {
     match serde_json::to_value(entry).map_err(ProviderError::other)? {
-        Value::Object(fields) => Ok(fields
-            .into_iter()
-            .map(|(k, v)| (lower_first(&k), v))
-            .collect()),
+        Value::Object(fields) => Ok(fields.into_iter().map(|(k, v)| (lower_first(&k), v)).collect()),
         other => Err(ProviderError::Other(format!(
             "Foobernetes entry is not an object: {other}"
         ))),

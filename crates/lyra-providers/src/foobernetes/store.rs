@@ -49,9 +49,7 @@ impl Store {
     pub(crate) async fn modify<T, F>(&self, f: F) -> Result<T, ProviderError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Deployment, &mut Session) -> Result<(T, bool), ProviderError>
-            + Send
-            + 'static,
+        F: FnOnce(&mut Deployment, &mut Session) -> Result<(T, bool), ProviderError> + Send + 'static,
     {
         // The guard moves into the blocking task: should the caller give up waiting, the lock is
         // still held until the file work it started has finished.
@@ -104,12 +102,8 @@ pub(crate) fn load(path: &Path) -> Result<Deployment, ProviderError> {
 
 pub(crate) fn save(path: &Path, deployment: &Deployment) -> Result<(), ProviderError> {
     let bytes = gojson::to_vec(deployment).map_err(ProviderError::other)?;
-    write_atomic(path, &bytes).map_err(|e| {
-        ProviderError::Other(format!(
-            "cannot write Foobernetes file {}: {e}",
-            path.display()
-        ))
-    })
+    write_atomic(path, &bytes)
+        .map_err(|e| ProviderError::Other(format!("cannot write Foobernetes file {}: {e}", path.display())))
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {

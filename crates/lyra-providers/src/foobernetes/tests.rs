@@ -37,9 +37,7 @@ fn file_text(p: &FoobernetesProvider) -> String {
 fn compat_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("LYRA_COMPAT_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/lyra-compat")
-        });
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/lyra-compat"));
     if dir.join("expected/deployment.json").is_file() {
         return Some(dir);
     }
@@ -73,10 +71,7 @@ fn digits_of(id: &str, prefix: &str) -> u64 {
         .strip_prefix(prefix)
         .and_then(|r| r.strip_prefix('-'))
         .unwrap_or_else(|| panic!("{id}"));
-    assert!(
-        n.len() >= 8 && n.bytes().all(|b| b.is_ascii_digit()),
-        "{id}"
-    );
+    assert!(n.len() >= 8 && n.bytes().all(|b| b.is_ascii_digit()), "{id}");
     let n: u64 = n.parse().unwrap();
     assert!(n <= i64::MAX as u64, "{id}");
     n
@@ -104,10 +99,7 @@ async fn foobernetes_workflow_matches_the_original_file() {
         let created = p.create(&cx(type_name), &map(desired)).await.unwrap();
         // What the engine reads back next run must be what create reported, or it would
         // see a change that is not there.
-        let read = p
-            .read(&cx(type_name), &created.external_id, None)
-            .await
-            .unwrap();
+        let read = p.read(&cx(type_name), &created.external_id, None).await.unwrap();
         assert_eq!(read.as_ref(), Some(&created.actual));
         made.push((type_name, created.external_id.clone()));
         created.external_id
@@ -150,11 +142,7 @@ async fn foobernetes_workflow_matches_the_original_file() {
     }
 
     let written = file_text(&p);
-    assert_eq!(
-        smoke_filter(&written),
-        smoke_filter(&expected),
-        "file:\n{written}"
-    );
+    assert_eq!(smoke_filter(&written), smoke_filter(&expected), "file:\n{written}");
 
     for (type_name, id) in made {
         p.delete(&cx(type_name), &id, &Map::new()).await.unwrap();
@@ -249,28 +237,17 @@ async fn update_keeps_ids_and_addresses_and_stores_the_new_state() {
     let created = p.create(&cx(INSTANCE), &desired).await.unwrap();
     let id = created.external_id.clone();
 
-    let desired = map(
-        json!({"location": "eu1", "image": "b", "config": {"k": "v"}, "cpus": 8, "memory": "2G"}),
-    );
-    let updated = p
-        .update(&cx(INSTANCE), &id, &desired, &created.actual)
-        .await
-        .unwrap();
+    let desired = map(json!({"location": "eu1", "image": "b", "config": {"k": "v"}, "cpus": 8, "memory": "2G"}));
+    let updated = p.update(&cx(INSTANCE), &id, &desired, &created.actual).await.unwrap();
     assert_eq!(updated["instanceID"], json!(id));
     assert_eq!(updated["instanceIP"], "10.0.0.1");
     assert_eq!(updated["image"], "b");
     assert_eq!(updated["config"], json!({"k": "v"}));
     assert_eq!(updated["cpus"], 8);
-    assert_eq!(
-        p.read(&cx(INSTANCE), &id, None).await.unwrap(),
-        Some(updated)
-    );
+    assert_eq!(p.read(&cx(INSTANCE), &id, None).await.unwrap(), Some(updated));
 
     let lb = p
-        .create(
-            &cx(LOAD_BALANCER),
-            &map(json!({"loadBalancerIP": "10.1.1.1"})),
-        )
+        .create(&cx(LOAD_BALANCER), &map(json!({"loadBalancerIP": "10.1.1.1"})))
         .await
         .unwrap();
     let updated = p
@@ -286,17 +263,9 @@ async fn update_keeps_ids_and_addresses_and_stores_the_new_state() {
     assert_eq!(updated["loadBalancerIP"], "10.1.1.1");
     assert_eq!(updated["policy"], "rr");
 
-    let ws = p
-        .create(&cx(WEB_SERVER), &map(json!({"port": 80})))
-        .await
-        .unwrap();
+    let ws = p.create(&cx(WEB_SERVER), &map(json!({"port": 80}))).await.unwrap();
     let updated = p
-        .update(
-            &cx(WEB_SERVER),
-            &ws.external_id,
-            &map(json!({"port": 81})),
-            &ws.actual,
-        )
+        .update(&cx(WEB_SERVER), &ws.external_id, &map(json!({"port": 81})), &ws.actual)
         .await;
     assert_eq!(
         Value::Object(updated.unwrap()),
@@ -315,40 +284,20 @@ async fn unknown_ids_read_as_none_and_delete_quietly() {
     let dir = tempfile::tempdir().unwrap();
     let p = provider(&dir);
     // No file yet: an empty cloud, and deleting nothing does not create the file.
-    assert_eq!(
-        p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap(),
-        None
-    );
-    p.delete(&cx(INSTANCE), "i-12345678", &Map::new())
-        .await
-        .unwrap();
+    assert_eq!(p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap(), None);
+    p.delete(&cx(INSTANCE), "i-12345678", &Map::new()).await.unwrap();
     assert!(!p.file().exists());
 
     let created = p.create(&cx(INSTANCE), &Map::new()).await.unwrap();
-    assert_eq!(
-        p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap(),
-        None
-    );
+    assert_eq!(p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap(), None);
     // Ids are per kind: an instance id is no web server.
-    assert_eq!(
-        p.read(&cx(WEB_SERVER), &created.external_id, None)
-            .await
-            .unwrap(),
-        None
-    );
-    p.delete(&cx(LOAD_BALANCER), "lb-12345678", &Map::new())
-        .await
-        .unwrap();
+    assert_eq!(p.read(&cx(WEB_SERVER), &created.external_id, None).await.unwrap(), None);
+    p.delete(&cx(LOAD_BALANCER), "lb-12345678", &Map::new()).await.unwrap();
 
     p.delete(&cx(INSTANCE), &created.external_id, &Map::new())
         .await
         .unwrap();
-    assert_eq!(
-        p.read(&cx(INSTANCE), &created.external_id, None)
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(p.read(&cx(INSTANCE), &created.external_id, None).await.unwrap(), None);
     p.delete(&cx(INSTANCE), &created.external_id, &Map::new())
         .await
         .unwrap();
@@ -363,9 +312,7 @@ async fn a_corrupt_file_is_an_error_naming_it() {
     let errors = [
         p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap_err(),
         p.create(&cx(INSTANCE), &Map::new()).await.unwrap_err(),
-        p.delete(&cx(INSTANCE), "i-12345678", &Map::new())
-            .await
-            .unwrap_err(),
+        p.delete(&cx(INSTANCE), "i-12345678", &Map::new()).await.unwrap_err(),
     ];
     for err in errors {
         match err {
@@ -382,20 +329,13 @@ async fn null_and_empty_files_load_like_go() {
     let dir = tempfile::tempdir().unwrap();
     let p = provider(&dir);
     std::fs::write(p.file(), "").unwrap();
-    assert_eq!(
-        p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap(),
-        None
-    );
+    assert_eq!(p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap(), None);
 
     // Go leaves fields that are null or missing at their zero values.
     let text = r#"{"LoadBalancers": null, "Instances": {"i-12345678":
         {"InstanceID": "i-12345678", "Image": null, "Cpus": null}}}"#;
     std::fs::write(p.file(), text).unwrap();
-    let read = p
-        .read(&cx(INSTANCE), "i-12345678", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let read = p.read(&cx(INSTANCE), "i-12345678", None).await.unwrap().unwrap();
     assert_eq!(read["image"], "");
     assert_eq!(read["cpus"], 0);
     assert_eq!(read["memory"], "");
@@ -421,10 +361,7 @@ async fn bad_values_and_unknown_types_are_rejected() {
         matches!(&err, ProviderError::InvalidValue { attribute, .. } if attribute == "tags"),
         "{err:?}"
     );
-    let err = p
-        .create(&cx("Foobernetes::Database"), &Map::new())
-        .await
-        .unwrap_err();
+    let err = p.create(&cx("Foobernetes::Database"), &Map::new()).await.unwrap_err();
     assert!(err.to_string().contains("Foobernetes::Database"), "{err}");
     assert!(!p.file().exists());
 }
@@ -451,18 +388,10 @@ async fn concurrent_creates_lose_no_update() {
         ids.insert(created.external_id);
     }
     assert_eq!(ids.len(), 50);
-    assert_eq!(
-        ips,
-        (1..=50)
-            .map(|k| format!("10.0.0.{k}"))
-            .collect::<HashSet<_>>()
-    );
+    assert_eq!(ips, (1..=50).map(|k| format!("10.0.0.{k}")).collect::<HashSet<_>>());
 
     let deployment = store::load(p.file()).unwrap();
-    assert_eq!(
-        deployment.instances.keys().cloned().collect::<HashSet<_>>(),
-        ids
-    );
+    assert_eq!(deployment.instances.keys().cloned().collect::<HashSet<_>>(), ids);
     // Every save renamed its temporary file away.
     let names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -496,19 +425,11 @@ fn schemas_mark_provided_and_immutable_attributes() {
     assert_eq!(marks(LOAD_BALANCER, "loadBalancerIP"), (true, false));
     assert_eq!(marks(LOAD_BALANCER, "location"), (false, true));
     assert_eq!(
-        find(LOAD_BALANCER)
-            .attribute("tags")
-            .unwrap()
-            .ty
-            .to_string(),
+        find(LOAD_BALANCER).attribute("tags").unwrap().ty.to_string(),
         "Optional[Hash[String, String]]"
     );
     assert_eq!(
-        find(WEB_SERVER)
-            .attribute("appServers")
-            .unwrap()
-            .ty
-            .to_string(),
+        find(WEB_SERVER).attribute("appServers").unwrap().ty.to_string(),
         "Array[String]"
     );
 }
