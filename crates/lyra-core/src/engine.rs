@@ -1514,3 +1514,7 @@ fn undefined_returns(step: &Step) -> Env {
             .collect(),
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

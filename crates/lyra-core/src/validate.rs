@@ -347,12 +347,11 @@ impl Cx<'_> {
                 ReturnSource::Alias(a) => vec![(a.clone(), r.span)],
                 ReturnSource::Value(e) => e.refs().iter().map(|x| (x.name.clone(), x.span)).collect(),
             };
+            // What no step produces is read from the enclosing scope (or is an error, as
+            // decided by the caller for any free name).
             for (n, s) in names {
                 if !producers.contains_key(&n) {
-                    self.diags.error(
-                        s,
-                        format!("workflow '{wf_name}' returns '{n}', but none of its steps or parameters produces it"),
-                    );
+                    add(&mut free, &n, s);
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! Today that is [`SqliteStore`], one SQLite file. [`open`] picks the backend from a URL, so
 //! the CLI and the controller need not know which one they talk to; Postgres will sit beside
 //! SQLite with its own module and migrations (`migrations/postgres/`), sharing the row types
-//! of `rows.rs` and the behavioural suite of [`conformance`].
+//! of `rows.rs` and the behavioural suite of `conformance` (feature `conformance`).
 //!
 //! Writes are durable when their call returns and concurrent writes share one commit; see the
 //! [`SqliteStore`] docs for the durability level and how to raise it.

@@ -246,11 +246,12 @@ async fn two_handles_on_one_file() {
     let f = Fixture::new().await;
     let other: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&f.path).await.expect("second open"));
     let mine: Arc<dyn StateStore> = Arc::new(f.store);
-    let write = |store: Arc<dyn StateStore>, deployment: &'static str| {
+    // `chunk` puts at a time: 1 is a chain of lone writes (autocommit), 30 gives batches.
+    let write = |store: Arc<dyn StateStore>, deployment: &'static str, chunk: usize| {
         tokio::spawn(async move {
             store.begin_run(&c::apply(deployment, "wf")).await.expect("begin_run");
             let records: Vec<_> = (0..300).map(|i| c::resource(&format!("r{i:03}"))).collect();
-            for chunk in records.chunks(30) {
+            for chunk in records.chunks(chunk) {
                 let puts = chunk.iter().map(|r| store.put_resource(deployment, r));
                 for result in futures::future::join_all(puts).await {
                     result.expect("put");
@@ -258,7 +259,7 @@ async fn two_handles_on_one_file() {
             }
         })
     };
-    let (a, b) = tokio::join!(write(mine.clone(), "one"), write(other.clone(), "two"));
+    let (a, b) = tokio::join!(write(mine.clone(), "one", 1), write(other.clone(), "two", 30));
     a.expect("writer one");
     b.expect("writer two");
     for (store, deployment) in [(&mine, "two"), (&other, "one")] {

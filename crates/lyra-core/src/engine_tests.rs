@@ -1,0 +1,384 @@
+//! Engine semantics with an in-memory store and a scripted provider (the end-to-end tests use
+//! the real ones).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+
+use async_trait::async_trait;
+use futures::executor::block_on;
+use serde_json::json;
+
+use super::*;
+use crate::diag::Sources;
+use crate::program;
+use crate::provider::Created;
+use crate::schema::AttributeSchema;
+use crate::state::{DeploymentSummary, RunId, RunRecord};
+use crate::types::Type;
+
+#[derive(Default)]
+struct MemStore {
+    deployments: Mutex<HashMap<String, DeploymentState>>,
+}
+
+#[async_trait]
+impl StateStore for MemStore {
+    async fn load(&self, d: &str) -> Result<Option<DeploymentState>, StoreError> {
+        Ok(self.deployments.lock().unwrap().get(d).cloned())
+    }
+    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+        let mut m = self.deployments.lock().unwrap();
+        m.entry(run.deployment.clone()).or_insert_with(|| DeploymentState {
+            name: run.deployment.clone(),
+            ..Default::default()
+        });
+        Ok(1)
+    }
+    async fn put_resource(&self, d: &str, rec: &ResourceRecord) -> Result<(), StoreError> {
+        let mut m = self.deployments.lock().unwrap();
+        let dep = m.get_mut(d).unwrap();
+        dep.resources.retain(|r| r.step_id != rec.step_id);
+        dep.resources.push(rec.clone());
+        Ok(())
+    }
+    async fn remove_resource(&self, d: &str, step_id: &str) -> Result<(), StoreError> {
+        self.deployments
+            .lock()
+            .unwrap()
+            .get_mut(d)
+            .unwrap()
+            .resources
+            .retain(|r| r.step_id != step_id);
+        Ok(())
+    }
+    async fn finish_run(&self, _: RunId, _: &RunEnd) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
+        Ok(vec![])
+    }
+    async fn history(&self, _: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(vec![])
+    }
+}
+
+/// `Test::Thing`: fails when `input` is "boom"; logs every call.
+#[derive(Default)]
+struct Scripted {
+    log: Mutex<Vec<String>>,
+    next: Mutex<u32>,
+}
+
+#[async_trait]
+impl Provider for Scripted {
+    fn schemas(&self) -> Vec<ResourceSchema> {
+        vec![ResourceSchema::new(
+            "Test::Thing",
+            vec![
+                AttributeSchema::new("input", Type::Any),
+                AttributeSchema::new("zone", Type::optional(Type::String)).immutable(),
+                AttributeSchema::new("id", Type::optional(Type::String)).provided(),
+            ],
+        )]
+    }
+    async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
+        self.log.lock().unwrap().push(format!("create {}", cx.step_id));
+        if desired.get("input") == Some(&json!("boom")) {
+            return Err(ProviderError::Other("boom".into()));
+        }
+        let mut n = self.next.lock().unwrap();
+        *n += 1;
+        let id = format!("t-{n}");
+        let mut actual = desired.clone();
+        actual.insert("id".into(), json!(id));
+        Ok(Created {
+            external_id: id,
+            actual,
+        })
+    }
+    async fn read(&self, _: &OpContext<'_>, _: &str, prior: Option<&Map>) -> Result<Option<Map>, ProviderError> {
+        Ok(prior.cloned())
+    }
+    async fn update(&self, cx: &OpContext<'_>, _: &str, desired: &Map, prior: &Map) -> Result<Map, ProviderError> {
+        self.log.lock().unwrap().push(format!("update {}", cx.step_id));
+        if desired.get("input") == Some(&json!("boom")) {
+            return Err(ProviderError::Other("boom".into()));
+        }
+        let mut actual = desired.clone();
+        actual.insert("id".into(), prior["id"].clone());
+        Ok(actual)
+    }
+    async fn delete(&self, cx: &OpContext<'_>, _: &str, _: &Map) -> Result<(), ProviderError> {
+        self.log.lock().unwrap().push(format!("delete {}", cx.step_id));
+        Ok(())
+    }
+}
+
+struct Fixture {
+    providers: Providers,
+    store: MemStore,
+    cancel: AtomicBool,
+    provider: Arc<Scripted>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let provider = Arc::new(Scripted::default());
+        let mut providers = Providers::new();
+        let dynp: Arc<dyn Provider> = provider.clone();
+        providers.register(&dynp);
+        Fixture {
+            providers,
+            store: MemStore::default(),
+            cancel: AtomicBool::new(false),
+            provider,
+        }
+    }
+
+    fn run(&self, yaml: &str, data: Value, mode: Mode) -> Report {
+        let mut sources = Sources::default();
+        let mut none = |_: &str| None;
+        let prog = program::load(
+            "t",
+            ("t.yaml".into(), yaml.into()),
+            &mut none,
+            &mut sources,
+            self.providers.schemas(),
+        )
+        .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
+        let engine = Engine {
+            providers: &self.providers,
+            store: &self.store,
+            observer: &Quiet,
+            sources: &sources,
+            concurrency: 4,
+            cancel: &self.cancel,
+        };
+        let data = data.as_object().cloned().unwrap_or_default();
+        block_on(async {
+            match mode {
+                Mode::Plan => engine.plan(&prog, "d", &data).await,
+                _ => engine.apply(&prog, "d", &data, "test").await,
+            }
+        })
+        .unwrap()
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let m = self.store.deployments.lock().unwrap();
+        let mut v: Vec<String> = m
+            .get("d")
+            .map(|d| d.resources.iter().map(|r| r.step_id.clone()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::mem::take(&mut *self.provider.log.lock().unwrap())
+    }
+}
+
+fn step<'r>(r: &'r Report, id: &str) -> &'r StepReport {
+    r.steps
+        .iter()
+        .find(|s| s.id == id)
+        .unwrap_or_else(|| panic!("no step {id} in {:?}", r.steps))
+}
+
+const CHAIN: &str = "
+steps:
+  a:
+    returns: {aid: id}
+    resource: Test::Thing
+    value: {input: $x}
+  b:
+    returns: {bid: id}
+    resource: Test::Thing
+    value: {input: $aid}
+  c:
+    resource: Test::Thing
+    value: {input: independent}
+parameters: [x]
+";
+
+#[test]
+fn failure_skips_dependents_finishes_other_branches_and_deletes_nothing() {
+    let f = Fixture::new();
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(f.ids(), ["a", "b", "c"]);
+    f.log();
+
+    let r = f.run(CHAIN, json!({"x": "boom"}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert_eq!(step(&r, "a").status, Status::Failed);
+    assert_eq!(step(&r, "b").status, Status::Skipped);
+    assert_eq!(step(&r, "c").status, Status::Done);
+    assert!(
+        f.log().iter().all(|l| !l.starts_with("delete")),
+        "nothing is deleted after a failure"
+    );
+    assert_eq!(f.ids(), ["a", "b", "c"]);
+
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(r.counts.unchanged, 3);
+}
+
+#[test]
+fn plan_reports_update_replace_and_delete() {
+    let f = Fixture::new();
+    f.run(CHAIN, json!({"x": "v1"}), Mode::Apply);
+    let changed = CHAIN.replace("value: {input: independent}", "value: {input: independent, zone: z2}");
+    let r = f.run(&changed, json!({"x": "v2"}), Mode::Plan);
+    assert_eq!(step(&r, "a").action, Action::Update);
+    assert_eq!(step(&r, "a").changes[0].attribute, "input");
+    // b reads a's id, which an update keeps: unchanged.
+    assert_eq!(step(&r, "b").action, Action::Noop);
+    assert_eq!(step(&r, "c").action, Action::Replace);
+    assert!(step(&r, "c").changes.iter().any(|c| c.forces_replace));
+    let without_c = CHAIN.replace("  c:\n    resource: Test::Thing\n    value: {input: independent}\n", "");
+    let r = f.run(&without_c, json!({"x": "v1"}), Mode::Plan);
+    assert_eq!(step(&r, "c").action, Action::Delete);
+    assert!(
+        f.log().iter().all(|l| l.starts_with("create")),
+        "a plan changes nothing"
+    );
+}
+
+#[test]
+fn deletion_runs_dependents_first() {
+    let f = Fixture::new();
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    f.log();
+    let sources = Sources::default();
+    let engine = Engine {
+        providers: &f.providers,
+        store: &f.store,
+        observer: &Quiet,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+    };
+    let r = block_on(engine.delete("d", "test")).unwrap();
+    assert_eq!(r.counts.deleted, 3);
+    let log = f.log();
+    let pos = |s: &str| log.iter().position(|l| l == s).unwrap();
+    assert!(pos("delete b") < pos("delete a"), "{log:?}");
+    assert!(f.ids().is_empty());
+}
+
+#[test]
+fn guard_false_removes_the_resource_and_true_creates_it() {
+    let f = Fixture::new();
+    let wf = "parameters: [on]\nsteps:\n  g:\n    when: on\n    resource: Test::Thing\n    value: {input: 1}\n";
+    f.run(wf, json!({"on": true}), Mode::Apply);
+    assert_eq!(f.ids(), ["g"]);
+    let r = f.run(wf, json!({"on": false}), Mode::Apply);
+    assert_eq!(step(&r, "g").status, Status::GuardedOff);
+    assert!(
+        r.steps
+            .iter()
+            .any(|s| s.id == "g" && s.action == Action::Delete && s.status == Status::Done)
+    );
+    assert!(f.ids().is_empty(), "the old resource is deleted");
+}
+
+#[test]
+fn a_cancelled_run_starts_nothing_and_collects_no_garbage() {
+    let f = Fixture::new();
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    f.log();
+    f.cancel.store(true, Ordering::SeqCst);
+    let r = f.run(
+        "steps:\n  other:\n    resource: Test::Thing\n    value: {input: 1}\n",
+        json!({}),
+        Mode::Apply,
+    );
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert!(f.log().is_empty());
+    assert_eq!(f.ids(), ["a", "b", "c"]);
+}
+
+#[test]
+fn collections_call_and_returns() {
+    let f = Fixture::new();
+    let wf = "
+returns: [all, total]
+steps:
+  each:
+    each: [[p, 1], [q, 2]]
+    as: [name, n]
+    into: all
+    step:
+      returns: {r: id}
+      resource: Test::Thing
+      value: {input: {name: $name, n: $n}}
+  sum:
+    returns:
+      total: {value: {ids: $all}}
+    steps:
+      inner:
+        returns: {x: id}
+        resource: Test::Thing
+        value: {input: $all}
+";
+    let r = f.run(wf, json!({}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
+    let all = r.returns["all"].as_array().unwrap();
+    assert_eq!(all.len(), 2);
+    assert_ne!(all[0], all[1]);
+    assert_eq!(r.returns["total"], json!({"ids": all}));
+    assert_eq!(f.ids(), ["each/0", "each/1", "sum/inner"]);
+}
+
+#[test]
+fn call_renames_parameters_and_returns() {
+    let f = Fixture::new();
+    let callee = "parameters: [image]\nreturns: [made]\nsteps:\n  it:\n    returns: {made: id}\n    resource: Test::Thing\n    value: {input: $image}\n";
+    let caller = "parameters: [img]\nreturns: [out]\nsteps:\n  use:\n    call: lib::make\n    parameters: {img: image}\n    returns: {out: made}\n";
+    let mut sources = Sources::default();
+    let mut fetch = |name: &str| (name == "lib::make").then(|| ("lib/make.yaml".to_owned(), callee.to_owned()));
+    let prog = program::load(
+        "main",
+        ("main.yaml".into(), caller.into()),
+        &mut fetch,
+        &mut sources,
+        f.providers.schemas(),
+    )
+    .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
+    let engine = Engine {
+        providers: &f.providers,
+        store: &f.store,
+        observer: &Quiet,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+    };
+    let data = json!({"img": "nginx"}).as_object().cloned().unwrap();
+    let r = block_on(engine.apply(&prog, "d", &data, "t")).unwrap();
+    assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
+    assert_eq!(f.ids(), ["use/it"]);
+    let rec = f.store.deployments.lock().unwrap()["d"].resources[0].clone();
+    assert_eq!(rec.desired["input"], json!("nginx"));
+    assert_eq!(r.returns["out"], json!(rec.external_id));
+
+    // A call to a workflow that does not exist is a validation error at the call.
+    let mut none = |_: &str| None;
+    let err = program::load(
+        "main",
+        ("main.yaml".into(), caller.into()),
+        &mut none,
+        &mut Sources::default(),
+        f.providers.schemas(),
+    )
+    .unwrap_err();
+    assert!(
+        err.0[0]
+            .message
+            .contains("calls 'lib::make', which is not a known workflow"),
+        "{err}"
+    );
+}
