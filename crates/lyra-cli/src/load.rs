@@ -63,8 +63,13 @@ pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit>
     }
 }
 
-/// Reads, parses and validates the workflow and everything it calls.
-pub fn load_program(loc: &Located, schemas: &SchemaRegistry, sources: &mut Sources) -> Result<Program, Exit> {
+/// Reads, parses and validates the workflow and everything it calls. Invalid workflows
+/// come back as diagnostics, for the caller to print as text or JSON.
+pub fn parse_program(
+    loc: &Located,
+    schemas: &SchemaRegistry,
+    sources: &mut Sources,
+) -> Result<Result<Program, Diagnostics>, Exit> {
     let text = std::fs::read_to_string(&loc.path)
         .map_err(|e| Exit::usage(format!("cannot read {}: {e}", loc.path.display())))?;
     let mut fetch = |name: &str| {
@@ -72,14 +77,18 @@ pub fn load_program(loc: &Located, schemas: &SchemaRegistry, sources: &mut Sourc
         let text = std::fs::read_to_string(&p).ok()?;
         Some((p.display().to_string(), text))
     };
-    program::load(
+    Ok(program::load(
         &loc.name,
         (loc.path.display().to_string(), text),
         &mut fetch,
         sources,
         schemas,
-    )
-    .map_err(|d| Exit::invalid(&d, sources))
+    ))
+}
+
+/// [`parse_program`], with invalid workflows as a failure exit.
+pub fn load_program(loc: &Located, schemas: &SchemaRegistry, sources: &mut Sources) -> Result<Program, Exit> {
+    parse_program(loc, schemas, sources)?.map_err(|d| Exit::invalid(&d, sources))
 }
 
 /// The lookup data: the data file (explicit, or ./data.yaml when present), then `--var`s.

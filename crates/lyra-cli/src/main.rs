@@ -79,28 +79,15 @@ fn validate(a: &args::WorkflowArgs) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig::default());
     let loc = load::locate(&a.workflow, a.workflows.as_deref())?;
     let mut sources = Sources::default();
-    let result = load::load_program(&loc, providers.schemas(), &mut sources);
+    let result = load::parse_program(&loc, providers.schemas(), &mut sources)?;
     if a.output == Output::Json {
-        // Re-run to get the diagnostics as data rather than text.
-        let text = std::fs::read_to_string(&loc.path).unwrap_or_default();
-        let mut fetch = |name: &str| {
-            let p = loc.load_path.join(format!("{}.yaml", name.replace("::", "/")));
-            Some((p.display().to_string(), std::fs::read_to_string(&p).ok()?))
-        };
-        let mut s2 = Sources::default();
-        let errors: Vec<serde_json::Value> = match lyra_core::program::load(
-            &loc.name,
-            (loc.path.display().to_string(), text),
-            &mut fetch,
-            &mut s2,
-            providers.schemas(),
-        ) {
+        let errors: Vec<serde_json::Value> = match &result {
             Ok(_) => vec![],
             Err(d) => d
                 .iter()
                 .map(|d| {
                     serde_json::json!({
-                        "file": s2.get(d.span.file).map(|f| f.name.clone()),
+                        "file": sources.get(d.span.file).map(|f| f.name.clone()),
                         "line": d.span.line,
                         "column": d.span.col,
                         "message": d.message,
@@ -116,7 +103,7 @@ fn validate(a: &args::WorkflowArgs) -> Result<(), Exit> {
             Err(Exit::code(Exit::FAILURE))
         };
     }
-    result?;
+    result.map_err(|d| Exit::invalid(&d, &sources))?;
     print(&format!("{}: valid\n", loc.name))
 }
 

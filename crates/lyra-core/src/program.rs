@@ -7,7 +7,7 @@ use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::model::{Step, StepKind, Workflow};
 use crate::schema::SchemaRegistry;
 use crate::validate::{Signature, validate};
-use crate::yaml::parse_workflow;
+use crate::yaml::parse_workflow_partial;
 
 /// A validated workflow and the workflows it calls, ready to plan or apply.
 #[derive(Debug, Clone)]
@@ -50,8 +50,10 @@ pub fn load(
             continue;
         };
         let file = sources.add(path, text.clone());
-        match parse_workflow(&name, file, &text) {
-            Ok(wf) => {
+        let (wf, problems) = parse_workflow_partial(&name, file, &text);
+        diags.extend(problems);
+        match wf {
+            Some(wf) => {
                 let mut targets = Vec::new();
                 call_targets(&wf.root, &mut targets);
                 for t in targets {
@@ -61,7 +63,7 @@ pub fn load(
                 }
                 parsed.insert(name, wf);
             }
-            Err(d) => diags.extend(d),
+            None => {}
         }
     }
     let sigs: HashMap<String, Signature> = parsed.iter().map(|(n, wf)| (n.clone(), Signature::of(wf))).collect();

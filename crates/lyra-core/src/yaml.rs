@@ -20,7 +20,20 @@ const COLLECTION_KEYS: &[&str] = &["each", "eachPair", "times", "range"];
 
 /// Parses one workflow file. `name` is the workflow's name (see [`workflow_name`]).
 pub fn parse_workflow(name: &str, file: FileId, text: &str) -> Result<Workflow, Diagnostics> {
-    let node = load(file, text)?;
+    match parse_workflow_partial(name, file, text) {
+        (Some(wf), d) if d.is_empty() => Ok(wf),
+        (_, d) => Err(d.sorted()),
+    }
+}
+
+/// Parses as much of a workflow file as makes sense, with every problem found: a bad guard
+/// or an unknown key still leaves a workflow that validation can check further, so that all
+/// problems are reported at once.
+pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<Workflow>, Diagnostics) {
+    let node = match load(file, text) {
+        Ok(n) => n,
+        Err(d) => return (None, d),
+    };
     let mut fe = FrontEnd {
         file,
         diags: Diagnostics::default(),
@@ -34,14 +47,14 @@ pub fn parse_workflow(name: &str, file: FileId, text: &str) -> Result<Workflow, 
             None
         }
     };
-    match root {
-        Some(root) if fe.diags.is_empty() => Ok(Workflow {
+    (
+        root.map(|root| Workflow {
             name: name.to_owned(),
             file,
             root,
         }),
-        _ => Err(fe.diags.sorted()),
-    }
+        fe.diags,
+    )
 }
 
 /// Parses a data file (`data.yaml`): any mapping of values.

@@ -4,12 +4,6 @@
 //! background task that commits everything queued at once (group commit, see [`writer`]);
 //! reads use a small pool and run in read transactions, so each sees one consistent snapshot.
 //! WAL mode lets the readers and the writer run side by side.
-//!
-//! Durability: with the default `synchronous=NORMAL` a committed write survives the process
-//! dying (even `kill -9`), which is what the engine needs; on a power loss or OS crash the last
-//! commits can be lost (the database stays consistent). [`Synchronous::Full`] (URL
-//! `sqlite:PATH?synchronous=full`) syncs the WAL on every commit and survives that too, at the
-//! cost of one `fsync` per batch.
 
 mod writer;
 
@@ -74,6 +68,17 @@ impl Default for SqliteOptions {
 }
 
 /// A [`StateStore`] in one SQLite file.
+///
+/// Every write is committed when its call returns; concurrent writes share one commit.
+///
+/// Durability: with the default `synchronous=NORMAL` a committed write survives the process
+/// dying (even `kill -9`), which is what the engine needs; on a power loss or OS crash the last
+/// commits can be lost (the database stays consistent). [`Synchronous::Full`] (URL
+/// `sqlite:PATH?synchronous=full`) syncs the WAL on every commit and survives that too, at the
+/// cost of one `fsync` per batch.
+///
+/// Several processes may open one file: writes wait for each other (up to
+/// [`SqliteOptions::busy_timeout`]) instead of failing.
 pub struct SqliteStore {
     path: PathBuf,
     reads: SqlitePool,
