@@ -28,7 +28,10 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The Cargo workspace holding this crate.
 pub fn workspace_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the crate is inside the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate is inside the workspace")
+        .to_path_buf()
 }
 
 /// The `lyra` binary under test (see the crate docs for where it is looked for).
@@ -47,27 +50,40 @@ pub fn lyra_bin() -> PathBuf {
             .ok()
             .and_then(|exe| exe.parent().and_then(Path::parent).map(|profile| profile.join(&name)));
         let fallback = workspace_dir().join("target").join("debug").join(&name);
-        beside.into_iter().chain([fallback.clone()]).find(|p| p.is_file()).unwrap_or_else(|| {
-            panic!(
-                "the lyra binary was not found (looked beside the test executable and at {}): \
+        beside
+            .into_iter()
+            .chain([fallback.clone()])
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "the lyra binary was not found (looked beside the test executable and at {}): \
                  run `cargo build -p lyra-cli` before these tests, or set LYRA_BIN",
-                fallback.display()
-            )
-        })
+                    fallback.display()
+                )
+            })
     })
     .clone()
 }
 
 /// The compatibility corpus, or `None` (after saying why) when it is missing outside CI.
 pub fn compat_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("LYRA_COMPAT_DIR")
-        .map_or_else(|| workspace_dir().join("..").join("shared").join("lyra-compat"), PathBuf::from);
+    let dir = std::env::var_os("LYRA_COMPAT_DIR").map_or_else(
+        || workspace_dir().join("..").join("shared").join("lyra-compat"),
+        PathBuf::from,
+    );
     if dir.join("workflows").join("foobernetes.yaml").is_file() {
         return Some(dir);
     }
     let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    assert!(!ci, "CI=true but the compat corpus is missing at {} (set LYRA_COMPAT_DIR)", dir.display());
-    eprintln!("skipped: the compat corpus is missing at {} (set LYRA_COMPAT_DIR to run this test)", dir.display());
+    assert!(
+        !ci,
+        "CI=true but the compat corpus is missing at {} (set LYRA_COMPAT_DIR)",
+        dir.display()
+    );
+    eprintln!(
+        "skipped: the compat corpus is missing at {} (set LYRA_COMPAT_DIR to run this test)",
+        dir.display()
+    );
     None
 }
 
@@ -158,7 +174,10 @@ impl Default for Lyra {
 
 impl Lyra {
     pub fn new() -> Lyra {
-        let dir = tempfile::Builder::new().prefix("lyra-e2e-").tempdir().expect("create a temporary directory");
+        let dir = tempfile::Builder::new()
+            .prefix("lyra-e2e-")
+            .tempdir()
+            .expect("create a temporary directory");
         Lyra { dir, bin: lyra_bin() }
     }
 
@@ -196,7 +215,9 @@ impl Lyra {
     /// `lyra ARGS` in the working directory, with no `LYRA_*` settings inherited.
     pub fn command<S: AsRef<str>>(&self, args: &[S]) -> Command {
         let mut cmd = Command::new(&self.bin);
-        cmd.args(args.iter().map(AsRef::as_ref)).current_dir(self.dir()).stdin(Stdio::null());
+        cmd.args(args.iter().map(AsRef::as_ref))
+            .current_dir(self.dir())
+            .stdin(Stdio::null());
         for var in ["LYRA_WORKFLOWS", "LYRA_STATE", "LYRA_FOOBERNETES_FILE", "RUST_LOG"] {
             cmd.env_remove(var);
         }
@@ -315,7 +336,10 @@ pub fn run_command<S: AsRef<str>>(mut cmd: Command, args: &[S]) -> Run {
 pub fn assert_sane(run: &Run) {
     assert!(!run.stderr.contains("panicked"), "lyra panicked\n{run}");
     assert!(!run.stderr.contains("RUST_BACKTRACE"), "lyra panicked\n{run}");
-    assert!(matches!(run.code, Some(0 | 1 | 2 | 130)), "exit code is not one of 0, 1, 2, 130\n{run}");
+    assert!(
+        matches!(run.code, Some(0 | 1 | 2 | 130)),
+        "exit code is not one of 0, 1, 2, 130\n{run}"
+    );
 }
 
 /// Step id → external id of the resources in a `state show -o json` document.
@@ -335,7 +359,9 @@ pub fn resource_ids(state: &Value) -> std::collections::BTreeMap<String, String>
 
 /// The steps of a plan/apply/delete report.
 pub fn steps(report: &Value) -> &Vec<Value> {
-    report["steps"].as_array().unwrap_or_else(|| panic!("no steps array in {report}"))
+    report["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no steps array in {report}"))
 }
 
 /// The entries of a report for one step id (a step can appear twice, e.g. guarded off and then
@@ -368,14 +394,20 @@ pub fn steps_with_action(report: &Value, action: &str) -> Vec<String> {
 /// `failed`, `skipped`).
 #[track_caller]
 pub fn count(report: &Value, key: &str) -> u64 {
-    report["counts"][key].as_u64().unwrap_or_else(|| panic!("no count {key} in {report}"))
+    report["counts"][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no count {key} in {report}"))
 }
 
 /// The attributes named in a step's `changes`, sorted.
 pub fn changed_attributes(step: &Value) -> Vec<String> {
     let mut attrs: Vec<String> = step["changes"]
         .as_array()
-        .map(|cs| cs.iter().map(|c| c["attribute"].as_str().unwrap_or_default().to_owned()).collect())
+        .map(|cs| {
+            cs.iter()
+                .map(|c| c["attribute"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
         .unwrap_or_default();
     attrs.sort();
     attrs
@@ -403,7 +435,10 @@ fn has_digit_run(line: &str, n: usize) -> bool {
 
 /// The ids of one table (`Instances`, `WebServers`, `LoadBalancers`) of the Foobernetes cloud.
 pub fn cloud_ids(cloud: &Value, table: &str) -> Vec<String> {
-    cloud[table].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    cloud[table]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// A workflow of `n` independent `Time::Sleep` steps `s000`, `s001`, ... each sleeping
@@ -411,7 +446,9 @@ pub fn cloud_ids(cloud: &Value, table: &str) -> Vec<String> {
 pub fn sleeps_workflow(n: usize, duration: &str) -> String {
     let mut y = String::from("steps:\n");
     for i in 0..n {
-        y.push_str(&format!("  s{i:03}:\n    resource: Time::Sleep\n    value:\n      create_duration: {duration}\n"));
+        y.push_str(&format!(
+            "  s{i:03}:\n    resource: Time::Sleep\n    value:\n      create_duration: {duration}\n"
+        ));
     }
     y
 }

@@ -16,4 +16,5 @@ mod e2e {
     mod guards;
     mod lifecycle;
     mod parallel;
+    mod sharing;
 }

@@ -30,7 +30,10 @@ fn read(path: &Path) -> String {
 fn assert_deleted(lyra: &Lyra, compat: &Path, deployment: &str) {
     let report = lyra.ok_json(&["delete", deployment]);
     assert_eq!(report["outcome"], "succeeded", "{report:#}");
-    assert_eq!(lyra.read("deployment.json"), read(&compat.join("expected").join("deployment.empty.json")));
+    assert_eq!(
+        lyra.read("deployment.json"),
+        read(&compat.join("expected").join("deployment.empty.json"))
+    );
     let state = lyra.state(deployment);
     assert_eq!(state["resources"], Value::Array(vec![]), "{state:#}");
 }
@@ -46,20 +49,36 @@ fn original_smoke_test_passes() {
     let first = lyra.ok_json(&with(run_args(&compat, "apply", "foobernetes"), &[]));
     assert_eq!(first["outcome"], "succeeded", "{first:#}");
     assert_eq!(count(&first, "created"), 7, "{first:#}");
-    assert!(lyra.path(".lyra/state.db").is_file(), "the state is kept in ./.lyra/state.db");
+    assert!(
+        lyra.path(".lyra/state.db").is_file(),
+        "the state is kept in ./.lyra/state.db"
+    );
 
     // 2. The file matches the original's, up to the random ids.
     let applied = lyra.read("deployment.json");
-    assert_eq!(lines_without_ids(&applied), lines_without_ids(&expected), "deployment.json:\n{applied}");
+    assert_eq!(
+        lines_without_ids(&applied),
+        lines_without_ids(&expected),
+        "deployment.json:\n{applied}"
+    );
     // The filter must not hide everything: the ids are there, one line per id and reference.
-    assert_eq!(applied.lines().count(), expected.lines().count(), "deployment.json:\n{applied}");
+    assert_eq!(
+        applied.lines().count(),
+        expected.lines().count(),
+        "deployment.json:\n{applied}"
+    );
 
     // The returns are the two load balancers, which exist in the cloud.
     let cloud = lyra.cloud();
     let lbs = cloud_ids(&cloud, "LoadBalancers");
     for key in ["loadBalancerID", "secondaryLoadBalancerID"] {
-        let id = first["returns"][key].as_str().unwrap_or_else(|| panic!("no return {key}: {first:#}"));
-        assert!(lbs.iter().any(|lb| lb == id), "{key} {id} is not in deployment.json: {lbs:?}");
+        let id = first["returns"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("no return {key}: {first:#}"));
+        assert!(
+            lbs.iter().any(|lb| lb == id),
+            "{key} {id} is not in deployment.json: {lbs:?}"
+        );
     }
     // The state records the same ids as the cloud holds.
     let mut recorded: Vec<String> = resource_ids(&lyra.state("foobernetes")).into_values().collect();
@@ -73,7 +92,11 @@ fn original_smoke_test_passes() {
 
     // 3. Applying again changes nothing at all.
     let again = lyra.ok_json(&run_args(&compat, "apply", "foobernetes"));
-    assert_eq!(lyra.read("deployment.json"), applied, "a second apply must not touch deployment.json");
+    assert_eq!(
+        lyra.read("deployment.json"),
+        applied,
+        "a second apply must not touch deployment.json"
+    );
     assert_eq!(count(&again, "unchanged"), 7, "{again:#}");
     for key in ["created", "updated", "replaced", "deleted", "failed", "skipped"] {
         assert_eq!(count(&again, key), 0, "{key}: {again:#}");
@@ -92,7 +115,9 @@ fn foober_iter_collects_load_balancers() {
     let report = lyra.ok_json(&run_args(&compat, "apply", "foober_iter"));
     assert_eq!(count(&report, "created"), 7, "{report:#}");
 
-    let returned = report["returns"]["loadbalancers"].as_array().unwrap_or_else(|| panic!("{report:#}"));
+    let returned = report["returns"]["loadbalancers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report:#}"));
     assert_eq!(returned.len(), 2, "{report:#}");
     let cloud = lyra.cloud();
     let lbs = cloud_ids(&cloud, "LoadBalancers");
@@ -105,7 +130,10 @@ fn foober_iter_collects_load_balancers() {
     // In iteration order: the primary first.
     let first = returned[0].as_str().unwrap_or_default();
     assert_eq!(cloud["LoadBalancers"][first]["Tags"]["role"], "primary", "{cloud:#}");
-    assert_eq!(cloud["LoadBalancers"][first]["Policy"], "rr", "looked up $policies.lb_policy");
+    assert_eq!(
+        cloud["LoadBalancers"][first]["Policy"], "rr",
+        "looked up $policies.lb_policy"
+    );
     // Both load balancers point at both web servers.
     let mut webs = cloud_ids(&cloud, "WebServers");
     webs.sort();
@@ -145,10 +173,17 @@ fn sample_alias_returns_the_aliased_attribute() {
     let lyra = Lyra::new();
     let report = lyra.ok_json(&run_args(&compat, "apply", "sample_alias"));
     assert_eq!(count(&report, "created"), 1, "{report:#}");
-    let id = report["returns"]["databaseID"].as_str().unwrap_or_else(|| panic!("{report:#}"));
+    let id = report["returns"]["databaseID"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{report:#}"));
     let cloud = lyra.cloud();
     assert_eq!(cloud["Instances"][id]["Image"], "lyra::database", "{cloud:#}");
-    assert_eq!(resource_ids(&lyra.state("sample_alias")).into_values().collect::<Vec<_>>(), [id]);
+    assert_eq!(
+        resource_ids(&lyra.state("sample_alias"))
+            .into_values()
+            .collect::<Vec<_>>(),
+        [id]
+    );
     assert_deleted(&lyra, &compat, "sample_alias");
 }
 
@@ -157,7 +192,9 @@ fn sample_output_hash_returns_a_hash() {
     let compat = compat_or_skip!();
     let lyra = Lyra::new();
     let report = lyra.ok_json(&run_args(&compat, "apply", "sample_output_hash"));
-    let db = report["returns"]["database"].as_object().unwrap_or_else(|| panic!("{report:#}"));
+    let db = report["returns"]["database"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{report:#}"));
     assert_eq!(db.keys().collect::<Vec<_>>(), ["id", "ip"], "{report:#}");
     let id = db["id"].as_str().expect("id");
     let cloud = lyra.cloud();
@@ -175,11 +212,20 @@ fn varstep_returns_the_declared_hash_of_vars() {
     );
     let report = lyra.ok_json(&args);
     // The declared return, not the original's quirk of returning a, b and c.
-    assert_eq!(report["returns"], serde_json::json!({"v": {"x": "alpha", "y": "beta", "z": "gamma"}}), "{report:#}");
+    assert_eq!(
+        report["returns"],
+        serde_json::json!({"v": {"x": "alpha", "y": "beta", "z": "gamma"}}),
+        "{report:#}"
+    );
     // Without the vars, the lookups fail and name the missing key.
-    lyra.run(&["apply", "varstep", "--workflows", &compat.join("workflows").display().to_string()])
-        .expect_code(1)
-        .expect_stderr(&["var_a"]);
+    lyra.run(&[
+        "apply",
+        "varstep",
+        "--workflows",
+        &compat.join("workflows").display().to_string(),
+    ])
+    .expect_code(1)
+    .expect_stderr(&["var_a"]);
     lyra.ok(&["delete", "varstep"]);
     assert_eq!(lyra.state("varstep")["resources"], Value::Array(vec![]));
 }
@@ -189,7 +235,13 @@ fn compat_workflows_are_valid() {
     let compat = compat_or_skip!();
     let lyra = Lyra::new();
     let dir = compat.join("workflows").display().to_string();
-    for w in ["foobernetes", "foober_iter", "sample_alias", "sample_output_hash", "varstep"] {
+    for w in [
+        "foobernetes",
+        "foober_iter",
+        "sample_alias",
+        "sample_output_hash",
+        "varstep",
+    ] {
         let report = lyra.ok_json(&["validate", w, "--workflows", &dir]);
         assert_eq!(report["valid"], true, "{report:#}");
         assert_eq!(report["errors"], Value::Array(vec![]), "{report:#}");

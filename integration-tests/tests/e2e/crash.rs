@@ -1,0 +1,165 @@
+//! Crashes and interrupts: progress is recorded after every step, so a killed run loses
+//! nothing and the next apply converges; Ctrl-C stops cleanly with exit 130.
+
+use std::collections::BTreeSet;
+use std::process::Child;
+use std::time::Duration;
+
+use integration_tests::{Lyra, count, sleeps_workflow, steps, wait_until};
+
+/// How many resources the state records for `deployment` right now; `None` while it cannot be
+/// read (a concurrent writer may hold it briefly).
+fn recorded(lyra: &Lyra, deployment: &str) -> Option<usize> {
+    let run = lyra.run(&["state", "show", deployment, "-o", "json"]);
+    if run.code != Some(0) {
+        return None;
+    }
+    run.json()["resources"].as_array().map(Vec::len)
+}
+
+/// Waits until the running apply has recorded at least `n` resources.
+#[track_caller]
+fn wait_for_progress(lyra: &Lyra, child: &mut Child, deployment: &str, n: usize) {
+    let started = wait_until(Duration::from_secs(60), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the apply ended before it was interrupted: {status:?} {:?}",
+                lyra.spawned_output("apply")
+            );
+        }
+        recorded(lyra, deployment).is_some_and(|k| k >= n)
+    });
+    assert!(started, "the apply recorded fewer than {n} resources within 60s");
+}
+
+#[test]
+fn sigkill_mid_apply_loses_nothing() {
+    const N: usize = 200;
+    let lyra = Lyra::new();
+    lyra.write_workflow("crash", &sleeps_workflow(N, "250ms"));
+    // 200 steps of 250ms, 20 at a time: about 2.5s. Killed after the first waves.
+    // The state file exists before the poller and the apply open it at once (see
+    // sharing::concurrent_first_use_of_a_state_file).
+    lyra.ok(&["state", "list"]);
+    let mut child = lyra.spawn("apply", &["apply", "crash", "--concurrency", "20", "-o", "json"]);
+    wait_for_progress(&lyra, &mut child, "crash", 20);
+    child.kill().expect("SIGKILL the apply");
+    let status = child.wait().expect("wait");
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(9), "{status:?}");
+    }
+    let at_kill = recorded(&lyra, "crash").expect("the state is readable after a crash");
+    assert!(
+        (20..N).contains(&at_kill),
+        "killed mid-run, yet {at_kill} of {N} are recorded"
+    );
+    // The killed run is in the history, unfinished.
+    let history = lyra.history("crash");
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert!(
+        history[0]["outcome"].is_null(),
+        "a killed run has no outcome: {history:?}"
+    );
+
+    let resumed = lyra.ok_json(&["apply", "crash", "--concurrency", "20"]);
+    assert_eq!(resumed["outcome"], "succeeded", "{resumed:#}");
+    assert_eq!(
+        count(&resumed, "unchanged") as usize,
+        at_kill,
+        "what was recorded is kept: {resumed:#}"
+    );
+    assert_eq!(
+        count(&resumed, "created") as usize,
+        N - at_kill,
+        "the rest is created: {resumed:#}"
+    );
+
+    let state = lyra.state("crash");
+    let resources = state["resources"].as_array().expect("resources");
+    assert_eq!(resources.len(), N);
+    let step_ids: BTreeSet<&str> = resources.iter().filter_map(|r| r["step"].as_str()).collect();
+    let external_ids: BTreeSet<&str> = resources.iter().filter_map(|r| r["external_id"].as_str()).collect();
+    assert_eq!(step_ids.len(), N, "200 distinct steps");
+    assert_eq!(external_ids.len(), N, "200 distinct external ids");
+    let expected: BTreeSet<String> = (0..N).map(|i| format!("s{i:03}")).collect();
+    assert_eq!(
+        step_ids.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>(),
+        expected
+    );
+
+    let third = lyra.ok_json(&["apply", "crash", "--concurrency", "20"]);
+    assert_eq!(count(&third, "unchanged") as usize, N, "{third:#}");
+    assert_eq!(count(&third, "created"), 0, "{third:#}");
+    let history = lyra.history("crash");
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[0]["outcome"], "succeeded");
+}
+
+/// Sends SIGINT (what Ctrl-C sends) to a child.
+fn interrupt(child: &Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -INT failed");
+}
+
+#[test]
+fn sigint_cancels_records_and_converges() {
+    const N: usize = 60;
+    let lyra = Lyra::new();
+    lyra.write_workflow("int", &sleeps_workflow(N, "300ms"));
+    // The state file exists before the poller and the apply open it at once (see
+    // sharing::concurrent_first_use_of_a_state_file).
+    lyra.ok(&["state", "list"]);
+    let mut child = lyra.spawn("apply", &["apply", "int", "--concurrency", "10", "-o", "json"]);
+    wait_for_progress(&lyra, &mut child, "int", 10);
+    interrupt(&child);
+    let status = child.wait().expect("wait");
+    let (stdout, stderr) = lyra.spawned_output("apply");
+    assert_eq!(status.code(), Some(130), "Ctrl-C exits 130\n{stdout}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the report is still printed as JSON");
+    assert_eq!(report["outcome"], "cancelled", "{report:#}");
+
+    // Everything the report says was created is recorded.
+    let created = count(&report, "created") as usize;
+    let state = lyra.state("int");
+    assert_eq!(state["resources"].as_array().map(Vec::len), Some(created), "{report:#}");
+    let history = lyra.history("int");
+    assert_eq!(history[0]["outcome"], "cancelled", "{history:?}");
+
+    let resumed = lyra.ok_json(&["apply", "int", "--concurrency", "30"]);
+    assert_eq!(count(&resumed, "created") as usize, N - created, "{resumed:#}");
+    assert_eq!(lyra.resources("int").len(), N);
+}
+
+/// After Ctrl-C, steps that have not started must not start ("finish running steps,
+/// schedule no more"). Independent steps waiting for a concurrency slot are started anyway.
+#[test]
+#[ignore = "BUG: Ctrl-C does not stop steps queued on the concurrency limit; all of them still run"]
+fn sigint_stops_starting_queued_steps() {
+    const N: usize = 60;
+    let lyra = Lyra::new();
+    lyra.write_workflow("int", &sleeps_workflow(N, "300ms"));
+    // The state file exists before the poller and the apply open it at once (see
+    // sharing::concurrent_first_use_of_a_state_file).
+    lyra.ok(&["state", "list"]);
+    let mut child = lyra.spawn("apply", &["apply", "int", "--concurrency", "10", "-o", "json"]);
+    wait_for_progress(&lyra, &mut child, "int", 10);
+    interrupt(&child);
+    child.wait().expect("wait");
+    let (stdout, _) = lyra.spawned_output("apply");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    let created = count(&report, "created") as usize;
+    // At most the 10 recorded, the 10 running and a wave in flight when the signal arrived.
+    assert!(created < N, "all {N} steps ran after Ctrl-C: {report:#}");
+    assert!(count(&report, "skipped") > 0, "{report:#}");
+    let cancelled = steps(&report)
+        .iter()
+        .filter(|s| s["status"] == "skipped" && s["error"].as_str().is_some_and(|e| e.contains("cancelled")))
+        .count();
+    assert_eq!(cancelled + created, N, "{report:#}");
+}
