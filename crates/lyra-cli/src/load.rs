@@ -114,11 +114,13 @@ pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) ->
         if key.is_empty() {
             return Err(Exit::usage(format!("--var '{v}': the key is empty")));
         }
-        // Structured values are written as YAML flow literals, as in the original.
-        let value = if raw.starts_with(['{', '[', '"', '\'']) {
-            parse_value(raw).map_err(|e| Exit::usage(format!("--var {key}: {e}")))?
-        } else {
-            lyra_core::value::Value::String(raw.to_owned())
+        // A value means what it would mean in the data file: `false` is a Boolean, `3` an
+        // Integer, `{a: 1}` a Hash, `'08'` a String.
+        // Plain text that is not valid YAML (`a: b`) stays text.
+        let value = match parse_value(raw) {
+            Ok(v) => v,
+            Err(_) if !raw.starts_with(['{', '[', '"', '\'']) => lyra_core::value::Value::String(raw.to_owned()),
+            Err(e) => return Err(Exit::usage(format!("--var {key}: {e}"))),
         };
         set_dotted(&mut map, key, value);
     }

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            warn(&format!("error: cannot start the async runtime: {e}\n"));
             return ExitCode::from(Exit::FAILURE);
         }
     };
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
         Ok(()) => Exit::SUCCESS,
         Err(Exit { code, message }) => {
             if let Some(m) = message {
-                eprintln!("{}", m.trim_end());
+                warn(&format!("{}\n", m.trim_end()));
             }
             code
         }
@@ -59,6 +59,12 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         Command::State(StateCommand::Show(a)) => state_show(&a).await,
         Command::History(a) => history(&a).await,
     }
+}
+
+/// Writes to stderr. Messages for people are not worth failing (or panicking) over: a closed
+/// or full stderr must not stop an apply half-way.
+pub fn warn(s: &str) {
+    let _ = std::io::stderr().lock().write_all(s.as_bytes());
 }
 
 /// Writes to stdout; a closed pipe (`lyra ... | head`) is not an error.
@@ -133,7 +139,7 @@ fn cancel_on_ctrl_c(flag: &'static AtomicBool) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             flag.store(true, Ordering::SeqCst);
-            eprintln!("\ninterrupted: waiting for running steps to finish and be recorded (Ctrl-C again to abort)");
+            warn("\ninterrupted: waiting for running steps to finish and be recorded (Ctrl-C again to abort)\n");
             if tokio::signal::ctrl_c().await.is_ok() {
                 std::process::exit(i32::from(Exit::INTERRUPTED));
             }
@@ -147,7 +153,7 @@ fn finish_report(r: &Report, output: Output, plan: bool) -> Result<(), Exit> {
     } else if plan {
         print(&output::plan_text(r))?;
     } else {
-        eprint!("{}", output::result_text(r));
+        warn(&output::result_text(r));
         print(&output::returns_text(&r.returns))?;
     }
     match r.outcome {
@@ -242,7 +248,7 @@ async fn state_list(a: &args::StateArgs) -> Result<(), Exit> {
         return json(&list.iter().map(output::summary_json).collect::<Vec<_>>());
     }
     if list.is_empty() {
-        eprintln!("no deployments");
+        warn("no deployments\n");
         return Ok(());
     }
     let rows: Vec<Vec<String>> = list

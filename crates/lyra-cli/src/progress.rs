@@ -46,7 +46,7 @@ impl Progress {
             return;
         }
         if self.bar.is_hidden() {
-            eprintln!("{s}");
+            crate::warn(&format!("{s}\n"));
         } else {
             self.bar.println(s);
         }

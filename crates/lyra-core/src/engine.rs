@@ -562,6 +562,25 @@ impl Run<'_, '_> {
     }
 
     fn fail_step(&self, step: &Step, id: &str, msg: String, started: Instant) -> Done {
+        let action = match &step.kind {
+            // What was being attempted: creating it, or changing the recorded one.
+            StepKind::Resource { .. } if self.prior.contains_key(id) => Action::Update,
+            StepKind::Resource { .. } => Action::Create,
+            _ => Action::Group,
+        };
+        let ext = self.prior.get(id).map(|r| r.external_id.clone());
+        self.fail_as(step, id, action, ext, msg, started)
+    }
+
+    fn fail_as(
+        &self,
+        step: &Step,
+        id: &str,
+        action: Action,
+        external_id: Option<String>,
+        msg: String,
+        started: Instant,
+    ) -> Done {
         let type_name = match &step.kind {
             StepKind::Resource { type_name, .. } => Some(type_name.clone()),
             _ => None,
@@ -573,14 +592,10 @@ impl Run<'_, '_> {
         }
         self.report(StepReport {
             id: id.to_owned(),
-            type_name: type_name.clone(),
-            action: if type_name.is_some() {
-                Action::Noop
-            } else {
-                Action::Group
-            },
+            type_name,
+            action,
             status: Status::Failed,
-            external_id: None,
+            external_id,
             duration: started.elapsed(),
             error: Some(msg),
             changes: vec![],
@@ -1142,6 +1157,10 @@ impl Run<'_, '_> {
         };
 
         let _permit = self.sem.acquire().await;
+        // Cancelled while waiting for a slot: do not start.
+        if self.engine.cancel.load(Ordering::SeqCst) {
+            return self.skip_step(step, &id, "the run was cancelled");
+        }
         self.engine.observer.step_started(&id, type_name);
         let cx = OpContext {
             deployment: self.deployment,
@@ -1239,7 +1258,10 @@ impl Run<'_, '_> {
             Ok(r) => r,
             // After a failed replace the old resource may be gone: the next run reads it,
             // finds nothing and creates it.
-            Err(e) => return self.fail_step(step, &id, err(e), started),
+            Err(e) => {
+                let ext = current.map(|(e, _)| e);
+                return self.fail_as(step, &id, action, ext, err(e), started);
+            }
         };
         let rec = ResourceRecord {
             step_id: id.clone(),

@@ -52,18 +52,15 @@ pub fn load(
         let file = sources.add(path, text.clone());
         let (wf, problems) = parse_workflow_partial(&name, file, &text);
         diags.extend(problems);
-        match wf {
-            Some(wf) => {
-                let mut targets = Vec::new();
-                call_targets(&wf.root, &mut targets);
-                for t in targets {
-                    if !tried.contains(&t) {
-                        queue.push((t, None));
-                    }
+        if let Some(wf) = wf {
+            let mut targets = Vec::new();
+            call_targets(&wf.root, &mut targets);
+            for t in targets {
+                if !tried.contains(&t) {
+                    queue.push((t, None));
                 }
-                parsed.insert(name, wf);
             }
-            None => {}
+            parsed.insert(name, wf);
         }
     }
     let sigs: HashMap<String, Signature> = parsed.iter().map(|(n, wf)| (n.clone(), Signature::of(wf))).collect();

@@ -139,7 +139,6 @@ fn sigint_cancels_records_and_converges() {
 /// After Ctrl-C, steps that have not started must not start ("finish running steps,
 /// schedule no more"). Independent steps waiting for a concurrency slot are started anyway.
 #[test]
-#[ignore = "BUG: Ctrl-C does not stop steps queued on the concurrency limit; all of them still run"]
 fn sigint_stops_starting_queued_steps() {
     const N: usize = 60;
     let lyra = Lyra::new();

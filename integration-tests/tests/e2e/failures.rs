@@ -165,7 +165,6 @@ fn a_skipped_collection_keeps_its_members() {
 /// `update` for an existing one, with its external id), not `no-op`: scripts and the history
 /// read it.
 #[test]
-#[ignore = "BUG: a failed step is reported with action 'no-op' and no external id"]
 fn a_failed_step_reports_the_attempted_action() {
     let lyra = Lyra::new();
     lyra.write_workflow("f", &branches("bogus"));

@@ -68,7 +68,6 @@ fn a_boolean_parameter_takes_var_false() {
 /// the string "false", which the guard treats as true, so the guarded resource is created.
 /// Expected: the guard is off (or the run is refused as ambiguous); either way, not created.
 #[test]
-#[ignore = "BUG: --var flag=false on an untyped parameter is the string \"false\", which a guard treats as true"]
 fn var_false_turns_a_guard_off() {
     let lyra = Lyra::new();
     lyra.write_workflow("g", &guarded(None));
