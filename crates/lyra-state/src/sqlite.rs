@@ -112,9 +112,18 @@ impl SqliteStore {
             .foreign_keys(true);
 
         // Connecting sets the journal mode, which reads the header: a foreign file fails here.
-        let mut conn = SqliteConnection::connect_with(&connect)
-            .await
-            .map_err(|e| open_error(path, e))?;
+        // Switching a new file to WAL needs the write lock, and SQLite may report it busy
+        // before the busy timeout applies: another process is creating the same file.
+        let started = std::time::Instant::now();
+        let mut conn = loop {
+            match SqliteConnection::connect_with(&connect).await {
+                Ok(c) => break c,
+                Err(e) if is_busy(&e) && started.elapsed() < options.busy_timeout => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(open_error(path, e)),
+            }
+        };
         migrate(path, &mut conn).await?;
 
         // Readers never write; `query_only` makes sure of it.
@@ -329,3 +338,11 @@ impl SqliteStore {
 
 #[cfg(test)]
 mod tests;
+
+/// `SQLITE_BUSY` / `SQLITE_LOCKED`: someone else holds the lock for now.
+fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("5" | "6" | "261" | "517")),
+        _ => false,
+    }
+}

@@ -89,7 +89,6 @@ fn the_foobernetes_file_is_shared_safely_between_processes() {
 /// promises that the second waits for the first to create the schema. Sometimes one fails
 /// with "database is locked" instead (about 3% of rounds of 4 applies).
 #[test]
-#[ignore = "BUG: concurrent first use of a new state file sometimes fails with 'database is locked'"]
 fn concurrent_first_use_of_a_state_file() {
     let lyra = Lyra::new();
     lyra.write_workflow("n", "steps:\n  a:\n    resource: Null::Resource\n");
