@@ -26,14 +26,18 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check a workflow and report every problem at once.
+    #[command(after_long_help = EXIT_CODES)]
     Validate(WorkflowArgs),
     /// Show what `apply` would change, without changing anything.
+    #[command(after_long_help = EXIT_CODES)]
     Plan(RunArgs),
     /// Create, update and delete resources until the deployment matches the workflow.
+    #[command(after_long_help = EXIT_CODES)]
     Apply(RunArgs),
     /// Delete every resource of a deployment, in reverse dependency order.
     ///
     /// Needs only the state, not the workflow: the state records what depends on what.
+    #[command(after_long_help = EXIT_CODES)]
     Delete(DeleteArgs),
     /// Print the dependency graph of a workflow (DOT or Mermaid).
     Graph(GraphArgs),

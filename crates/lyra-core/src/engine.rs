@@ -945,9 +945,15 @@ impl Run<'_, '_> {
                 } else {
                     (ints[0], ints[1])
                 };
-                (from..to.max(from))
-                    .map(|i| (i.to_string(), vec![Value::from(i)]))
-                    .collect()
+                if to < from {
+                    let msg = if ints.len() == 1 {
+                        format!("'times' must not be negative, got {to}")
+                    } else {
+                        format!("'range' ends ({to}) before it starts ({from})")
+                    };
+                    return self.fail_step(step, &id, bad(msg), started);
+                }
+                (from..to).map(|i| (i.to_string(), vec![Value::from(i)])).collect()
             }
         };
         let origins = Arc::new(origins.into_iter().collect::<Vec<_>>());

@@ -382,3 +382,21 @@ fn call_renames_parameters_and_returns() {
         "{err}"
     );
 }
+
+#[test]
+fn a_negative_count_fails_the_collection() {
+    let f = Fixture::new();
+    let r = f.run(
+        "steps:\n  n:\n    times: -1\n    step:\n      resource: Test::Thing\n      value: {input: 1}\n",
+        json!({}),
+        Mode::Apply,
+    );
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert!(
+        step(&r, "n")
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("'times' must not be negative")
+    );
+}
