@@ -17,7 +17,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::expr::{Expr, ResolveError, Var};
-use crate::model::{Over, ParamSource, Return, ReturnSource, Step, StepKind};
+use crate::model::{Over, Param, ParamSource, Return, ReturnSource, Step, StepKind};
 use crate::program::Program;
 use crate::provider::{OpContext, Provider, ProviderError, Providers};
 use crate::report::{Action, AttrChange, Mode, Report, Status, StepReport};
@@ -655,39 +655,47 @@ impl Run<'_, '_> {
             for p in &step.params {
                 let v = match &p.source {
                     ParamSource::Implicit => continue,
-                    ParamSource::Lookup(key) => match lookup(self.data, key) {
-                        Some(v) => Val::known(v.clone()),
-                        None => {
-                            let msg = format!(
-                                "{}: parameter '{}': lookup key '{key}' not found in the data",
-                                self.loc(p.span),
-                                p.name
-                            );
-                            return self.fail_step(step, &id, msg, started);
-                        }
+                    ParamSource::Lookup(key) => match self.lookup_param(key, p) {
+                        Ok(v) => v,
+                        Err(msg) => return self.fail_step(step, &id, msg, started),
                     },
                     ParamSource::Value(e) => match self.resolve(e, &local) {
                         Ok(v) => v,
                         Err(msg) => return self.fail_step(step, &id, msg, started),
                     },
                 };
-                let v = match (&v.var, &p.ty) {
-                    (Var::Known(x), Some(t)) => match t.coerce(x) {
-                        Ok(x) => Val {
-                            var: Var::Known(x),
-                            origins: v.origins,
-                        },
-                        Err(e) => {
-                            let msg = format!("{}: parameter '{}' {e}", self.loc(p.span), p.name);
-                            return self.fail_step(step, &id, msg, started);
-                        }
-                    },
-                    _ => v,
+                let v = match self.typed(v, p, "") {
+                    Ok(v) => v,
+                    Err(msg) => return self.fail_step(step, &id, msg, started),
                 };
                 local.insert(p.name.clone(), v);
             }
             self.body(step, local, id).await
         })
+    }
+
+    fn lookup_param(&self, key: &str, p: &Param) -> Result<Val, String> {
+        lookup(self.data, key).map(|v| Val::known(v.clone())).ok_or_else(|| {
+            format!(
+                "{}: parameter '{}': lookup key '{key}' not found in the data",
+                self.loc(p.span),
+                p.name
+            )
+        })
+    }
+
+    /// Coerces a parameter's value to its declared type (`of` names a called workflow).
+    fn typed(&self, v: Val, p: &Param, of: &str) -> Result<Val, String> {
+        match (&v.var, &p.ty) {
+            (Var::Known(x), Some(t)) => t
+                .coerce(x)
+                .map(|x| Val {
+                    var: Var::Known(x),
+                    origins: v.origins.clone(),
+                })
+                .map_err(|e| format!("{}: parameter '{}'{of} {e}", self.loc(p.span), p.name)),
+            _ => Ok(v),
+        }
     }
 
     fn resolve(&self, e: &Expr, env: &Env) -> Result<Val, String> {
@@ -1040,35 +1048,14 @@ impl Run<'_, '_> {
                 self.resolve(e, &env)
             } else {
                 match &p.source {
-                    ParamSource::Lookup(key) => {
-                        lookup(self.data, key).map(|v| Val::known(v.clone())).ok_or_else(|| {
-                            format!(
-                                "{}: parameter '{}': lookup key '{key}' not found in the data",
-                                self.loc(p.span),
-                                p.name
-                            )
-                        })
-                    }
+                    ParamSource::Lookup(key) => self.lookup_param(key, p),
                     ParamSource::Value(e) => self.resolve(e, &Env::new()),
                     ParamSource::Implicit => Ok(env.get(&p.name).cloned().unwrap_or_else(|| Val::known(Value::Null))),
                 }
             };
-            let v = match v {
+            let v = match v.and_then(|v| self.typed(v, p, &format!(" of '{target}'"))) {
                 Ok(v) => v,
                 Err(msg) => return self.fail_step(step, &id, msg, started),
-            };
-            let v = match (&v.var, &p.ty) {
-                (Var::Known(x), Some(t)) => match t.coerce(x) {
-                    Ok(x) => Val {
-                        var: Var::Known(x),
-                        origins: v.origins,
-                    },
-                    Err(e) => {
-                        let msg = format!("{}: parameter '{}' of '{target}' {e}", self.loc(p.span), p.name);
-                        return self.fail_step(step, &id, msg, started);
-                    }
-                },
-                _ => v,
             };
             callee.insert(p.name.clone(), v);
         }

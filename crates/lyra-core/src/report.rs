@@ -116,14 +116,4 @@ impl Report {
     pub fn failed(&self) -> bool {
         self.outcome != Outcome::Succeeded
     }
-
-    /// Resource steps whose action changes something.
-    pub fn changes(&self) -> impl Iterator<Item = &StepReport> {
-        self.steps.iter().filter(|s| {
-            matches!(
-                s.action,
-                Action::Create | Action::Update | Action::Replace | Action::Delete | Action::Forget
-            )
-        })
-    }
 }
