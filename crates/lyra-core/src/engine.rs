@@ -23,8 +23,8 @@ use crate::provider::{OpContext, Provider, ProviderError, Providers};
 use crate::report::{Action, AttrChange, Mode, Report, Status, StepReport};
 use crate::schema::ResourceSchema;
 use crate::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore,
-    StoreError,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunStart,
+    StateStore, StoreError,
 };
 use crate::value::{Map, Value, dig};
 
@@ -163,32 +163,11 @@ impl<'a> Engine<'a> {
             .await?
             .map(|d| d.resources.into_iter().map(|r| (r.step_id.clone(), r)).collect())
             .unwrap_or_default();
-        let run_id = if mode == Mode::Apply {
-            Some(
-                self.store
-                    .begin_run(&RunStart {
-                        deployment: deployment.to_owned(),
-                        workflow: Some(program.main.name.clone()),
-                        operation: Operation::Apply,
-                        actor: actor.to_owned(),
-                    })
-                    .await?,
-            )
-        } else {
-            None
-        };
-        let run = Run {
-            engine: self,
-            mode,
-            program,
-            deployment,
-            data,
-            prior,
-            sem: async_lock::Semaphore::new(self.concurrency.max(1)),
-            reports: Mutex::new(Vec::new()),
-            claims: Mutex::new(Claims::default()),
-            fatal: Mutex::new(None),
-        };
+        let workflow = Some(program.main.name.clone());
+        let run_id = self
+            .begin(mode == Mode::Apply, Operation::Apply, deployment, &workflow, actor)
+            .await?;
+        let run = Run::new(self, mode, program, deployment, data, prior);
         // A top-level workflow's children are named directly under the deployment; a
         // top-level resource is named after the workflow.
         let root_id = match root.kind {
@@ -227,30 +206,8 @@ impl<'a> Engine<'a> {
                 failed = true;
             }
         }
-        let fatal = run.fatal.lock().expect("fatal lock").take();
-        let steps = run.reports.into_inner().expect("reports lock");
-        let failed = failed || fatal.is_some() || steps.iter().any(|s| s.status == Status::Failed);
-        let outcome = if cancelled {
-            Outcome::Cancelled
-        } else if failed {
-            Outcome::Failed
-        } else {
-            Outcome::Succeeded
-        };
-        let report = Report {
-            mode,
-            deployment: deployment.to_owned(),
-            workflow: Some(program.main.name.clone()),
-            outcome,
-            returns,
-            counts: count(&steps),
-            steps,
-            duration: started.elapsed(),
-        };
-        if let Some(id) = run_id {
-            self.store.finish_run(id, &run_end(&report, fatal)).await?;
-        }
-        Ok(report)
+        run.conclude(run_id, started, workflow, returns, failed, cancelled)
+            .await
     }
 
     /// Deletes every resource recorded for the deployment, in reverse dependency order.
@@ -267,59 +224,45 @@ impl<'a> Engine<'a> {
     async fn destroy(&self, mode: Mode, deployment: &str, actor: &str) -> Result<Report, EngineError> {
         let started = Instant::now();
         let state: DeploymentState = self.store.load(deployment).await?.unwrap_or_default();
-        let run_id = if mode == Mode::Delete {
-            Some(
-                self.store
-                    .begin_run(&RunStart {
-                        deployment: deployment.to_owned(),
-                        workflow: state.workflow.clone(),
-                        operation: Operation::Delete,
-                        actor: actor.to_owned(),
-                    })
-                    .await?,
+        let run_id = self
+            .begin(
+                mode == Mode::Delete,
+                Operation::Delete,
+                deployment,
+                &state.workflow,
+                actor,
             )
-        } else {
-            None
-        };
+            .await?;
         let program = Program {
             main: Arc::new(empty_workflow()),
             workflows: HashMap::new(),
         };
         let empty = Map::new();
-        let run = Run {
-            engine: self,
-            mode,
-            program: &program,
-            deployment,
-            data: &empty,
-            prior: HashMap::new(),
-            sem: async_lock::Semaphore::new(self.concurrency.max(1)),
-            reports: Mutex::new(Vec::new()),
-            claims: Mutex::new(Claims::default()),
-            fatal: Mutex::new(None),
-        };
+        let run = Run::new(self, mode, &program, deployment, &empty, HashMap::new());
         let ok = run.delete_all(state.resources).await;
-        let fatal = run.fatal.lock().expect("fatal lock").take();
-        let steps = run.reports.into_inner().expect("reports lock");
-        let outcome = if ok && fatal.is_none() {
-            Outcome::Succeeded
-        } else {
-            Outcome::Failed
-        };
-        let report = Report {
-            mode,
-            deployment: deployment.to_owned(),
-            workflow: state.workflow,
-            outcome,
-            returns: Map::new(),
-            counts: count(&steps),
-            steps,
-            duration: started.elapsed(),
-        };
-        if let Some(id) = run_id {
-            self.store.finish_run(id, &run_end(&report, fatal)).await?;
+        run.conclude(run_id, started, state.workflow, Map::new(), !ok, false)
+            .await
+    }
+
+    /// Records the start of a run in the history, when the run writes (`record`).
+    async fn begin(
+        &self,
+        record: bool,
+        operation: Operation,
+        deployment: &str,
+        workflow: &Option<String>,
+        actor: &str,
+    ) -> Result<Option<RunId>, EngineError> {
+        if !record {
+            return Ok(None);
         }
-        Ok(report)
+        let start = RunStart {
+            deployment: deployment.to_owned(),
+            workflow: workflow.clone(),
+            operation,
+            actor: actor.to_owned(),
+        };
+        Ok(Some(self.store.begin_run(&start).await?))
     }
 
     /// Resolves the top-level parameters from the data; every missing key is reported.
@@ -526,7 +469,65 @@ fn creation(schema: &ResourceSchema, desired: &Map, unknown: &[String]) -> Vec<A
         .collect()
 }
 
-impl Run<'_, '_> {
+impl<'e, 'a> Run<'e, 'a> {
+    fn new(
+        engine: &'e Engine<'a>,
+        mode: Mode,
+        program: &'e Program,
+        deployment: &'e str,
+        data: &'e Map,
+        prior: HashMap<String, ResourceRecord>,
+    ) -> Self {
+        Run {
+            engine,
+            mode,
+            program,
+            deployment,
+            data,
+            prior,
+            sem: async_lock::Semaphore::new(engine.concurrency.max(1)),
+            reports: Mutex::new(Vec::new()),
+            claims: Mutex::new(Claims::default()),
+            fatal: Mutex::new(None),
+        }
+    }
+
+    /// Builds the report from what the steps reported, and records the end of the run.
+    async fn conclude(
+        self,
+        run_id: Option<RunId>,
+        started: Instant,
+        workflow: Option<String>,
+        returns: Map,
+        failed: bool,
+        cancelled: bool,
+    ) -> Result<Report, EngineError> {
+        let fatal = self.fatal.lock().expect("fatal lock").take();
+        let steps = self.reports.into_inner().expect("reports lock");
+        let failed = failed || fatal.is_some() || steps.iter().any(|s| s.status == Status::Failed);
+        let outcome = if cancelled {
+            Outcome::Cancelled
+        } else if failed {
+            Outcome::Failed
+        } else {
+            Outcome::Succeeded
+        };
+        let report = Report {
+            mode: self.mode,
+            deployment: self.deployment.to_owned(),
+            workflow,
+            outcome,
+            returns,
+            counts: count(&steps),
+            steps,
+            duration: started.elapsed(),
+        };
+        if let Some(id) = run_id {
+            self.engine.store.finish_run(id, &run_end(&report, fatal)).await?;
+        }
+        Ok(report)
+    }
+
     fn loc(&self, span: Span) -> String {
         self.engine.sources.location(span)
     }
@@ -581,10 +582,7 @@ impl Run<'_, '_> {
         msg: String,
         started: Instant,
     ) -> Done {
-        let type_name = match &step.kind {
-            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
-            _ => None,
-        };
+        let type_name = resource_type(step);
         if type_name.is_some() {
             self.claim(id);
         } else {
@@ -604,10 +602,7 @@ impl Run<'_, '_> {
     }
 
     fn skip_step(&self, step: &Step, id: &str, why: &str) -> Done {
-        let type_name = match &step.kind {
-            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
-            _ => None,
-        };
+        let type_name = resource_type(step);
         self.claim_subtree(id);
         self.report(StepReport {
             id: id.to_owned(),
@@ -637,10 +632,7 @@ impl Run<'_, '_> {
                     // before is garbage.
                     self.report(StepReport {
                         id: id.clone(),
-                        type_name: match &step.kind {
-                            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
-                            _ => None,
-                        },
+                        type_name: resource_type(step),
                         action: Action::Noop,
                         status: Status::GuardedOff,
                         external_id: None,
@@ -1345,10 +1337,7 @@ impl Run<'_, '_> {
         returns: Env,
         unknown_returns: bool,
     ) -> Done {
-        let type_name = match &step.kind {
-            StepKind::Resource { type_name, .. } => Some(type_name.clone()),
-            _ => None,
-        };
+        let type_name = resource_type(step);
         self.report(StepReport {
             id: id.to_owned(),
             type_name,
@@ -1436,16 +1425,14 @@ impl Run<'_, '_> {
     ) {
         let mut stack = vec![j];
         while let Some(x) = stack.pop() {
-            self.report(StepReport {
-                id: records[x].step_id.clone(),
-                type_name: Some(records[x].type_name.clone()),
-                action: Action::Delete,
-                status: Status::Skipped,
-                external_id: Some(records[x].external_id.clone()),
-                duration: Duration::ZERO,
-                error: Some("kept because a resource that depends on it was not deleted".to_owned()),
-                changes: vec![],
-            });
+            let why = Some("kept because a resource that depends on it was not deleted".to_owned());
+            self.report(deletion_report(
+                &records[x],
+                Action::Delete,
+                Status::Skipped,
+                Duration::ZERO,
+                why,
+            ));
             for &k in &depends[x] {
                 blockers[k] -= 1;
                 failed[k] = true;
@@ -1459,29 +1446,19 @@ impl Run<'_, '_> {
     async fn delete_one(&self, rec: &ResourceRecord) -> bool {
         let started = Instant::now();
         if self.engine.cancel.load(Ordering::SeqCst) {
-            self.report(StepReport {
-                id: rec.step_id.clone(),
-                type_name: Some(rec.type_name.clone()),
-                action: Action::Delete,
-                status: Status::Skipped,
-                external_id: Some(rec.external_id.clone()),
-                duration: Duration::ZERO,
-                error: Some("the run was cancelled".to_owned()),
-                changes: vec![],
-            });
+            let why = Some("the run was cancelled".to_owned());
+            self.report(deletion_report(
+                rec,
+                Action::Delete,
+                Status::Skipped,
+                Duration::ZERO,
+                why,
+            ));
             return false;
         }
         let action = if rec.managed { Action::Delete } else { Action::Forget };
-        let finish = |status: Status, error: Option<String>| StepReport {
-            id: rec.step_id.clone(),
-            type_name: Some(rec.type_name.clone()),
-            action,
-            status,
-            external_id: Some(rec.external_id.clone()),
-            duration: started.elapsed(),
-            error,
-            changes: vec![],
-        };
+        let finish =
+            |status: Status, error: Option<String>| deletion_report(rec, action, status, started.elapsed(), error);
         if self.mode == Mode::Plan {
             self.report(finish(Status::Planned, None));
             return true;
@@ -1515,6 +1492,34 @@ impl Run<'_, '_> {
         }
         self.report(finish(Status::Done, None));
         true
+    }
+}
+
+/// The report of deleting (or keeping) a recorded resource.
+fn deletion_report(
+    rec: &ResourceRecord,
+    action: Action,
+    status: Status,
+    duration: Duration,
+    error: Option<String>,
+) -> StepReport {
+    StepReport {
+        id: rec.step_id.clone(),
+        type_name: Some(rec.type_name.clone()),
+        action,
+        status,
+        external_id: Some(rec.external_id.clone()),
+        duration,
+        error,
+        changes: vec![],
+    }
+}
+
+/// The resource type of a resource step.
+fn resource_type(step: &Step) -> Option<String> {
+    match &step.kind {
+        StepKind::Resource { type_name, .. } => Some(type_name.clone()),
+        _ => None,
     }
 }
 

@@ -5,8 +5,8 @@ use crate::model::{Step, StepKind, Workflow};
 /// A node (a step, by id and label) and the edges producer -> consumer between steps.
 #[derive(Debug, Default)]
 pub struct Graph {
-    /// (id, label, enclosing group id)
-    pub nodes: Vec<(String, String, Option<String>)>,
+    /// (id, label)
+    pub nodes: Vec<(String, String)>,
     /// (producer id, consumer id)
     pub edges: Vec<(String, String)>,
 }
@@ -15,13 +15,13 @@ impl Graph {
     pub fn of(wf: &Workflow) -> Graph {
         let mut g = Graph::default();
         match &wf.root.kind {
-            StepKind::Workflow { .. } => g.scope(&wf.root, "", None),
-            _ => g.node(&wf.root, &wf.root.name.clone(), None),
+            StepKind::Workflow { .. } => g.scope(&wf.root, ""),
+            _ => g.node(&wf.root, &wf.root.name.clone()),
         }
         g
     }
 
-    fn node(&mut self, step: &Step, id: &str, group: Option<&str>) {
+    fn node(&mut self, step: &Step, id: &str) {
         let label = match &step.kind {
             StepKind::Resource { type_name, .. } => format!("{}\\n{type_name}", step.name),
             StepKind::Collection { step: inner, .. } => {
@@ -34,10 +34,10 @@ impl Graph {
             StepKind::Call { target, .. } => format!("{}\\ncall {target}", step.name),
             StepKind::Workflow { .. } => step.name.clone(),
         };
-        self.nodes.push((id.to_owned(), label, group.map(str::to_owned)));
+        self.nodes.push((id.to_owned(), label));
     }
 
-    fn scope(&mut self, wf: &Step, prefix: &str, group: Option<&str>) {
+    fn scope(&mut self, wf: &Step, prefix: &str) {
         let StepKind::Workflow { steps, deps } = &wf.kind else {
             return;
         };
@@ -52,10 +52,10 @@ impl Graph {
             match &s.kind {
                 StepKind::Workflow { .. } => {
                     let sid = id(s);
-                    self.nodes.push((sid.clone(), s.name.clone(), group.map(str::to_owned)));
-                    self.scope(s, &sid, Some(&sid));
+                    self.nodes.push((sid.clone(), s.name.clone()));
+                    self.scope(s, &sid);
                 }
-                _ => self.node(s, &id(s), group),
+                _ => self.node(s, &id(s)),
             }
         }
         for (i, ds) in deps.iter().enumerate() {
@@ -68,7 +68,7 @@ impl Graph {
     pub fn to_dot(&self, name: &str) -> String {
         let q = |s: &str| format!("\"{}\"", s.replace('"', "\\\""));
         let mut out = format!("digraph {} {{\n  rankdir=LR;\n  node [shape=box];\n", q(name));
-        for (id, label, _) in &self.nodes {
+        for (id, label) in &self.nodes {
             out.push_str(&format!("  {} [label={}];\n", q(id), q(label)));
         }
         for (a, b) in &self.edges {
@@ -85,7 +85,7 @@ impl Graph {
                 .collect::<String>()
         };
         let mut out = String::from("flowchart LR\n");
-        for (id, label, _) in &self.nodes {
+        for (id, label) in &self.nodes {
             out.push_str(&format!(
                 "  n_{}[\"{}\"]\n",
                 key(id),
