@@ -110,6 +110,13 @@ pub struct RunArgs {
     /// Where state is kept: a SQLite file path or sqlite:// URL. Default: ./.lyra/state.db.
     #[arg(long, env = "LYRA_STATE", value_name = "URL")]
     pub state: Option<String>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// How a run that changes things is executed.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
     /// At most this many resource operations at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
@@ -132,23 +139,11 @@ pub struct DeleteArgs {
     pub deployment: String,
     #[command(flatten)]
     pub state: StateArgs,
-    /// At most this many resource operations at once.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub concurrency: u32,
-    /// Where the Foobernetes provider keeps its imaginary cloud.
-    #[arg(
-        long,
-        env = "LYRA_FOOBERNETES_FILE",
-        default_value = "deployment.json",
-        value_name = "FILE"
-    )]
-    pub foobernetes_file: PathBuf,
+    #[command(flatten)]
+    pub exec: ExecArgs,
     /// Show what would be deleted, without deleting.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print a line per step even when stderr is not a terminal.
-    #[arg(short, long)]
-    pub verbose: bool,
 }
 
 #[derive(Debug, Args)]

@@ -172,7 +172,7 @@ fn engine_error(e: EngineError, sources: &Sources) -> Exit {
 
 async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig {
-        foobernetes_file: a.foobernetes_file.clone(),
+        foobernetes_file: a.exec.foobernetes_file.clone(),
     });
     let loc = load::locate(&a.workflow.workflow, a.workflow.workflows.as_deref())?;
     let mut sources = Sources::default();
@@ -182,14 +182,14 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
     let deployment = a.name.clone().unwrap_or_else(|| loc.name.clone());
     let cancel: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     cancel_on_ctrl_c(cancel);
-    let progress = progress::Progress::new(a.verbose);
+    let progress = progress::Progress::new(a.exec.verbose);
     let quiet = Quiet;
     let engine = Engine {
         providers: &providers,
         store: store.as_ref(),
         observer: if apply { &progress } else { &quiet },
         sources: &sources,
-        concurrency: a.concurrency as usize,
+        concurrency: a.exec.concurrency as usize,
         cancel,
     };
     let result = if apply {
@@ -204,19 +204,19 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
 
 async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig {
-        foobernetes_file: a.foobernetes_file.clone(),
+        foobernetes_file: a.exec.foobernetes_file.clone(),
     });
     let store = open_state(a.state.state.as_deref()).await?;
     let cancel: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     cancel_on_ctrl_c(cancel);
-    let progress = progress::Progress::new(a.verbose);
+    let progress = progress::Progress::new(a.exec.verbose);
     let sources = Sources::default();
     let engine = Engine {
         providers: &providers,
         store: store.as_ref(),
         observer: &progress,
         sources: &sources,
-        concurrency: a.concurrency as usize,
+        concurrency: a.exec.concurrency as usize,
         cancel,
     };
     let result = if a.dry_run {

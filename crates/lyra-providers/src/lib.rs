@@ -50,6 +50,28 @@ fn random_hex_id(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::random::<u64>())
 }
 
+/// Helpers shared by the providers' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use lyra_core::provider::OpContext;
+    use lyra_core::value::{Map, Value};
+
+    pub(crate) fn cx(type_name: &'static str) -> OpContext<'static> {
+        OpContext {
+            deployment: "test",
+            step_id: "step",
+            type_name,
+        }
+    }
+
+    pub(crate) fn map(v: Value) -> Map {
+        match v {
+            Value::Object(m) => m,
+            other => panic!("not a map: {other}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -83,19 +83,10 @@ mod tests {
     use serde_json::json;
 
     fn cx() -> OpContext<'static> {
-        OpContext {
-            deployment: "test",
-            step_id: "n",
-            type_name: RESOURCE,
-        }
+        crate::test_support::cx(RESOURCE)
     }
 
-    fn map(v: Value) -> Map {
-        match v {
-            Value::Object(m) => m,
-            other => panic!("not a map: {other}"),
-        }
-    }
+    use crate::test_support::map;
 
     #[tokio::test]
     async fn create_and_update_echo_input() {

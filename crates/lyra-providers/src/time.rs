@@ -111,19 +111,10 @@ mod tests {
     use serde_json::json;
 
     fn cx() -> OpContext<'static> {
-        OpContext {
-            deployment: "test",
-            step_id: "s",
-            type_name: SLEEP,
-        }
+        crate::test_support::cx(SLEEP)
     }
 
-    fn map(v: Value) -> Map {
-        match v {
-            Value::Object(m) => m,
-            other => panic!("not a map: {other}"),
-        }
-    }
+    use crate::test_support::map;
 
     #[test]
     fn parses_humane_durations() {

@@ -10,20 +10,8 @@ use serde_json::json;
 
 use super::*;
 
-fn cx(type_name: &'static str) -> OpContext<'static> {
-    OpContext {
-        deployment: "test",
-        step_id: "step",
-        type_name,
-    }
-}
-
-fn map(v: Value) -> Map {
-    match v {
-        Value::Object(m) => m,
-        other => panic!("not a map: {other}"),
-    }
-}
+use crate::test_support::cx;
+use crate::test_support::map;
 
 fn provider(dir: &tempfile::TempDir) -> FoobernetesProvider {
     FoobernetesProvider::new(dir.path().join("deployment.json"))
