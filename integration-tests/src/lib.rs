@@ -14,6 +14,9 @@
 //! `<workspace>/../shared/lyra-compat`; tests that need it are skipped when it is missing,
 //! unless `CI=true`, where a missing corpus fails them.
 
+pub mod kube_emulator;
+pub mod postgres;
+
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -164,6 +167,8 @@ impl Run {
 pub struct Lyra {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    /// Environment for every invocation (e.g. `LYRA_STATE`).
+    env: Vec<(String, String)>,
 }
 
 impl Default for Lyra {
@@ -178,7 +183,22 @@ impl Lyra {
             .prefix("lyra-e2e-")
             .tempdir()
             .expect("create a temporary directory");
-        Lyra { dir, bin: lyra_bin() }
+        Lyra {
+            dir,
+            bin: lyra_bin(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Sets an environment variable for every invocation.
+    pub fn with_env(mut self, key: &str, value: &str) -> Lyra {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Keeps the state at `url` (`LYRA_STATE`) instead of `.lyra/state.db`.
+    pub fn with_state(self, url: &str) -> Lyra {
+        self.with_env("LYRA_STATE", url)
     }
 
     /// The working directory.
@@ -218,8 +238,17 @@ impl Lyra {
         cmd.args(args.iter().map(AsRef::as_ref))
             .current_dir(self.dir())
             .stdin(Stdio::null());
-        for var in ["LYRA_WORKFLOWS", "LYRA_STATE", "LYRA_FOOBERNETES_FILE", "RUST_LOG"] {
+        for var in [
+            "LYRA_WORKFLOWS",
+            "LYRA_STATE",
+            "LYRA_FOOBERNETES_FILE",
+            "LYRA_LEASE_TTL",
+            "RUST_LOG",
+        ] {
             cmd.env_remove(var);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
         }
         cmd
     }
@@ -337,8 +366,8 @@ pub fn assert_sane(run: &Run) {
     assert!(!run.stderr.contains("panicked"), "lyra panicked\n{run}");
     assert!(!run.stderr.contains("RUST_BACKTRACE"), "lyra panicked\n{run}");
     assert!(
-        matches!(run.code, Some(0 | 1 | 2 | 130)),
-        "exit code is not one of 0, 1, 2, 130\n{run}"
+        matches!(run.code, Some(0 | 1 | 2 | 3 | 130)),
+        "exit code is not one of 0, 1, 2, 3, 130\n{run}"
     );
 }
 

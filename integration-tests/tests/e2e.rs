@@ -14,7 +14,13 @@ mod e2e {
     mod failures;
     mod fuzz;
     mod guards;
+    mod kube_concurrency;
+    mod kube_emulator;
+    mod kube_rs_controller;
+    mod leases;
     mod lifecycle;
     mod parallel;
+    mod postgres;
     mod sharing;
+    mod state_cmds;
 }

@@ -9,6 +9,7 @@ Exit codes:
   0    success
   1    a step failed, or the workflow or its input is invalid
   2    usage error (bad arguments, workflow not found)
+  3    the deployment is locked by another run (see --lock-timeout)
   130  interrupted (Ctrl-C)";
 
 /// Lyra: infrastructure workflows whose order is inferred from the data they exchange.
@@ -41,7 +42,7 @@ pub enum Command {
     Delete(DeleteArgs),
     /// Print the dependency graph of a workflow (DOT or Mermaid).
     Graph(GraphArgs),
-    /// Inspect the recorded state.
+    /// Inspect, repair and move the recorded state.
     #[command(subcommand)]
     State(StateCommand),
     /// Show the runs of a deployment, newest first.
@@ -50,10 +51,35 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum StateCommand {
-    /// List deployments with their resource counts and last run.
+    /// List deployments with their resource counts, last run and lease holder.
     List(StateArgs),
-    /// Show the resources recorded for a deployment.
+    /// Show the resources recorded for a deployment (sensitive values masked).
     Show(StateShowArgs),
+    /// Forget resources without deleting them, for recovery.
+    ///
+    /// The resources stay wherever they are; Lyra just stops managing them, so the next apply
+    /// creates them anew (providers that track idempotency keys, like Foobernetes, hand back
+    /// the one they already made if it still exists). A step name also forgets what lies under it (`servers` forgets
+    /// `servers/0`, `servers/1`…). Takes the deployment's lease and is kept in the history.
+    #[command(after_long_help = EXIT_CODES)]
+    Rm(StateRmArgs),
+    /// Break a deployment's lease, e.g. one left by a run that crashed.
+    ///
+    /// Only needed when waiting for the lease to expire is not an option. Make sure the holder
+    /// is really gone: two runs on one deployment can make duplicates. Kept in the history.
+    #[command(after_long_help = EXIT_CODES)]
+    Unlock(StateUnlockArgs),
+    /// Write deployments' state and history as JSON (all deployments unless named).
+    Export(StateExportArgs),
+    /// Read deployments written by `lyra state export` into this state.
+    #[command(after_long_help = EXIT_CODES)]
+    Import(StateImportArgs),
+    /// Move deployments from one state store to another (e.g. SQLite to Postgres).
+    ///
+    /// Each deployment is locked in both stores, copied with its history, checked, and then
+    /// dropped from the source (unless --keep-source).
+    #[command(after_long_help = EXIT_CODES)]
+    Migrate(StateMigrateArgs),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -86,7 +112,8 @@ pub struct WorkflowArgs {
 
 #[derive(Debug, Args)]
 pub struct StateArgs {
-    /// Where state is kept: a SQLite file path or sqlite:// URL. Default: ./.lyra/state.db.
+    /// Where state is kept: a SQLite file (path or sqlite://PATH) or a Postgres database
+    /// (postgres://USER@HOST/DB, optionally ?schema=NAME). Default: ./.lyra/state.db.
     #[arg(long, env = "LYRA_STATE", value_name = "URL")]
     pub state: Option<String>,
     /// Output format.
@@ -107,7 +134,8 @@ pub struct RunArgs {
     /// Deployment name: the state is kept per deployment. Default: the workflow's name.
     #[arg(long, value_name = "DEPLOYMENT")]
     pub name: Option<String>,
-    /// Where state is kept: a SQLite file path or sqlite:// URL. Default: ./.lyra/state.db.
+    /// Where state is kept: a SQLite file (path or sqlite://PATH) or a Postgres database
+    /// (postgres://USER@HOST/DB, optionally ?schema=NAME). Default: ./.lyra/state.db.
     #[arg(long, env = "LYRA_STATE", value_name = "URL")]
     pub state: Option<String>,
     #[command(flatten)]
@@ -131,6 +159,29 @@ pub struct ExecArgs {
     /// Print a line per step even when stderr is not a terminal.
     #[arg(short, long)]
     pub verbose: bool,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+/// How a command that changes a deployment takes its lease (`plan` takes none).
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// When another run holds the deployment, wait up to this long (e.g. `30s`, `5m`)
+    /// instead of failing at once with exit code 3.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub lock_timeout: Option<std::time::Duration>,
+    /// How long the lease outlives a holder that stops renewing it (a crash).
+    #[arg(long, env = "LYRA_LEASE_TTL", value_name = "DURATION", default_value = "30s",
+          value_parser = parse_ttl, hide_short_help = true)]
+    pub lease_ttl: std::time::Duration,
+}
+
+fn parse_ttl(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < std::time::Duration::from_millis(300) {
+        return Err("must be at least 300ms (the lease is renewed every third of it)".to_owned());
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +215,79 @@ pub struct StateShowArgs {
     pub deployment: String,
     #[command(flatten)]
     pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StateRmArgs {
+    /// The deployment.
+    pub deployment: String,
+    /// Steps to forget, as `lyra state show` lists them.
+    #[arg(required = true)]
+    pub steps: Vec<String>,
+    #[command(flatten)]
+    pub state: StateArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StateUnlockArgs {
+    /// The deployment whose lease to break.
+    pub deployment: String,
+    /// Really break it (without, only shows who holds it).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StateExportArgs {
+    /// Deployments to export. Default: all.
+    pub deployments: Vec<String>,
+    /// Write to this file instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Where state is kept (see `lyra state list --help`).
+    #[arg(long, env = "LYRA_STATE", value_name = "URL")]
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StateImportArgs {
+    /// A file written by `lyra state export`; `-` reads stdin.
+    pub file: PathBuf,
+    /// Overwrite deployments that already exist here (otherwise they are refused).
+    #[arg(long)]
+    pub replace: bool,
+    #[command(flatten)]
+    pub state: StateArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StateMigrateArgs {
+    /// The store to move from (a SQLite path or URL, or a postgres:// URL).
+    #[arg(long, value_name = "URL")]
+    pub from: String,
+    /// The store to move to.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// Deployments to move. Default: all.
+    pub deployments: Vec<String>,
+    /// Overwrite deployments that already exist in the target.
+    #[arg(long)]
+    pub replace: bool,
+    /// Copy only: leave the deployments in the source too. Two stores then both claim the
+    /// same resources; use it for backups, not to run from both.
+    #[arg(long)]
+    pub keep_source: bool,
+    #[command(flatten)]
+    pub lock: LockArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]

@@ -1,4 +1,5 @@
-//! Exit statuses scripts can trust: 0 success, 1 failure, 2 usage error, 130 interrupted.
+//! Exit statuses scripts can trust: 0 success, 1 failure, 2 usage error, 3 locked by another
+//! run, 130 interrupted.
 
 use lyra_core::diag::{Diagnostics, Sources};
 
@@ -13,6 +14,8 @@ impl Exit {
     pub const SUCCESS: u8 = 0;
     pub const FAILURE: u8 = 1;
     pub const USAGE: u8 = 2;
+    /// Another run holds the deployment's lease.
+    pub const LOCKED: u8 = 3;
     pub const INTERRUPTED: u8 = 130;
 
     pub fn usage(message: impl Into<String>) -> Exit {

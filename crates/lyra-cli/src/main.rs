@@ -4,8 +4,11 @@
 mod args;
 mod exit;
 mod load;
+mod locking;
 mod output;
 mod progress;
+mod state_cmd;
+mod transfer;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -55,9 +58,16 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         Command::Apply(a) => plan_or_apply(&a, true).await,
         Command::Delete(a) => delete(&a).await,
         Command::Graph(a) => graph(&a),
-        Command::State(StateCommand::List(a)) => state_list(&a).await,
-        Command::State(StateCommand::Show(a)) => state_show(&a).await,
-        Command::History(a) => history(&a).await,
+        Command::State(c) => match c {
+            StateCommand::List(a) => state_cmd::list(&a).await,
+            StateCommand::Show(a) => state_cmd::show(&a).await,
+            StateCommand::Rm(a) => state_cmd::rm(&a).await,
+            StateCommand::Unlock(a) => state_cmd::unlock(&a).await,
+            StateCommand::Export(a) => state_cmd::export(&a).await,
+            StateCommand::Import(a) => state_cmd::import(&a).await,
+            StateCommand::Migrate(a) => state_cmd::migrate(&a).await,
+        },
+        Command::History(a) => state_cmd::history(&a).await,
     }
 }
 
@@ -68,7 +78,7 @@ pub fn warn(s: &str) {
 }
 
 /// Writes to stdout; a closed pipe (`lyra ... | head`) is not an error.
-fn print(s: &str) -> Result<(), Exit> {
+pub fn print(s: &str) -> Result<(), Exit> {
     let mut out = std::io::stdout().lock();
     match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Exit::failure(format!("writing output: {e}"))),
@@ -76,7 +86,7 @@ fn print(s: &str) -> Result<(), Exit> {
     }
 }
 
-fn json(v: &impl serde::Serialize) -> Result<(), Exit> {
+pub fn json(v: &impl serde::Serialize) -> Result<(), Exit> {
     let s = serde_json::to_string_pretty(v).map_err(|e| Exit::failure(e.to_string()))?;
     print(&(s + "\n"))
 }
@@ -113,14 +123,15 @@ fn validate(a: &args::WorkflowArgs) -> Result<(), Exit> {
     print(&format!("{}: valid\n", loc.name))
 }
 
-async fn open_state(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> {
+pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> {
     let url = url.unwrap_or(DEFAULT_STATE);
     lyra_state::open(url)
         .await
-        .map_err(|e| Exit::failure(format!("state {url}: {e}")))
+        .map_err(|e| Exit::failure(format!("state {}: {e}", output::redact_url(url))))
 }
 
-fn actor() -> String {
+/// Who runs this command, as recorded in leases and the history.
+pub fn actor() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "unknown".to_owned());
@@ -135,7 +146,7 @@ fn actor() -> String {
 
 /// Sets the flag on the first Ctrl-C (finish running steps, schedule no more); exits at once
 /// on the second.
-fn cancel_on_ctrl_c(flag: &'static AtomicBool) {
+fn cancel_on_ctrl_c(flag: Arc<AtomicBool>) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             flag.store(true, Ordering::SeqCst);
@@ -154,7 +165,7 @@ fn finish_report(r: &Report, output: Output, plan: bool) -> Result<(), Exit> {
         print(&output::plan_text(r))?;
     } else {
         warn(&output::result_text(r));
-        print(&output::returns_text(&r.returns))?;
+        print(&output::returns_text(&output::masked_returns(r)))?;
     }
     match r.outcome {
         lyra_core::state::Outcome::Succeeded => Ok(()),
@@ -180,8 +191,14 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
     let store = open_state(a.state.as_deref()).await?;
     let deployment = a.name.clone().unwrap_or_else(|| loc.name.clone());
-    let cancel: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    cancel_on_ctrl_c(cancel);
+    let cancel = Arc::new(AtomicBool::new(false));
+    cancel_on_ctrl_c(Arc::clone(&cancel));
+    // A plan changes nothing, so it never waits for (or blocks) a run that does.
+    let lease = if apply {
+        Some(locking::take(&store, &deployment, "apply", &a.exec.lock, Arc::clone(&cancel)).await?)
+    } else {
+        None
+    };
     let progress = progress::Progress::new(a.exec.verbose);
     let quiet = Quiet;
     let engine = Engine {
@@ -190,7 +207,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
         observer: if apply { &progress } else { &quiet },
         sources: &sources,
         concurrency: a.exec.concurrency as usize,
-        cancel,
+        cancel: &cancel,
     };
     let result = if apply {
         engine.apply(&program, &deployment, &data, &actor()).await
@@ -198,8 +215,23 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
         engine.plan(&program, &deployment, &data).await
     };
     progress.finish();
+    let kept = match lease {
+        Some(held) => locking::release(&store, held).await,
+        None => true,
+    };
     let report = result.map_err(|e| engine_error(e, &sources))?;
-    finish_report(&report, a.workflow.output, !apply)
+    let reported = finish_report(&report, a.workflow.output, !apply);
+    if !kept {
+        return Err(lease_lost(&deployment));
+    }
+    reported
+}
+
+fn lease_lost(deployment: &str) -> Exit {
+    Exit::failure(format!(
+        "the lease on '{deployment}' was lost during the run (it expired or was broken), so the run \
+         stopped early; another run may have changed the deployment since: check `lyra history {deployment}`"
+    ))
 }
 
 async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
@@ -207,8 +239,13 @@ async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
         foobernetes_file: a.exec.foobernetes_file.clone(),
     });
     let store = open_state(a.state.state.as_deref()).await?;
-    let cancel: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    cancel_on_ctrl_c(cancel);
+    let cancel = Arc::new(AtomicBool::new(false));
+    cancel_on_ctrl_c(Arc::clone(&cancel));
+    let lease = if a.dry_run {
+        None
+    } else {
+        Some(locking::take(&store, &a.deployment, "delete", &a.exec.lock, Arc::clone(&cancel)).await?)
+    };
     let progress = progress::Progress::new(a.exec.verbose);
     let sources = Sources::default();
     let engine = Engine {
@@ -217,7 +254,7 @@ async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
         observer: &progress,
         sources: &sources,
         concurrency: a.exec.concurrency as usize,
-        cancel,
+        cancel: &cancel,
     };
     let result = if a.dry_run {
         engine.plan_delete(&a.deployment).await
@@ -225,8 +262,16 @@ async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
         engine.delete(&a.deployment, &actor()).await
     };
     progress.finish();
+    let kept = match lease {
+        Some(held) => locking::release(&store, held).await,
+        None => true,
+    };
     let report = result.map_err(|e| engine_error(e, &sources))?;
-    finish_report(&report, a.state.output, a.dry_run)
+    let reported = finish_report(&report, a.state.output, a.dry_run);
+    if !kept {
+        return Err(lease_lost(&a.deployment));
+    }
+    reported
 }
 
 fn graph(a: &args::GraphArgs) -> Result<(), Exit> {
@@ -239,111 +284,4 @@ fn graph(a: &args::GraphArgs) -> Result<(), Exit> {
         GraphFormat::Dot => g.to_dot(&program.main.name),
         GraphFormat::Mermaid => g.to_mermaid(),
     })
-}
-
-async fn state_list(a: &args::StateArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.as_deref()).await?;
-    let list = store.list().await.map_err(|e| Exit::failure(format!("state: {e}")))?;
-    if a.output == Output::Json {
-        return json(&list.iter().map(output::summary_json).collect::<Vec<_>>());
-    }
-    if list.is_empty() {
-        warn("no deployments\n");
-        return Ok(());
-    }
-    let rows: Vec<Vec<String>> = list
-        .iter()
-        .map(|d| {
-            let (when, outcome) = d.last_run.as_ref().map_or(("-".to_owned(), "-".to_owned()), |r| {
-                (
-                    output::time_text(r.started_at),
-                    format!(
-                        "{} {}",
-                        r.operation.as_str(),
-                        r.outcome.map_or("unfinished", |o| o.as_str())
-                    ),
-                )
-            });
-            vec![
-                d.name.clone(),
-                d.workflow.clone().unwrap_or_default(),
-                d.resources.to_string(),
-                when,
-                outcome,
-            ]
-        })
-        .collect();
-    print(&output::table(
-        &["DEPLOYMENT", "WORKFLOW", "RESOURCES", "LAST RUN", "OUTCOME"],
-        &rows,
-    ))
-}
-
-async fn state_show(a: &args::StateShowArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.state.as_deref()).await?;
-    let state = store
-        .load(&a.deployment)
-        .await
-        .map_err(|e| Exit::failure(format!("state: {e}")))?
-        .ok_or_else(|| Exit::failure(format!("no deployment '{}' in the state", a.deployment)))?;
-    if a.state.output == Output::Json {
-        return json(&output::state_json(&state));
-    }
-    let rows: Vec<Vec<String>> = state
-        .resources
-        .iter()
-        .map(|r| {
-            vec![
-                r.step_id.clone(),
-                r.type_name.clone(),
-                r.external_id.clone(),
-                if r.managed { "managed" } else { "read-only" }.to_owned(),
-                r.depends_on.join(","),
-            ]
-        })
-        .collect();
-    print(&format!(
-        "deployment {} (workflow {})\n{}",
-        state.name,
-        state.workflow.as_deref().unwrap_or("-"),
-        output::table(&["STEP", "TYPE", "EXTERNAL ID", "MODE", "DEPENDS ON"], &rows)
-    ))
-}
-
-async fn history(a: &args::HistoryArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.state.as_deref()).await?;
-    let runs = store
-        .history(&a.deployment)
-        .await
-        .map_err(|e| Exit::failure(format!("state: {e}")))?;
-    if a.state.output == Output::Json {
-        return json(&runs.iter().map(output::run_json).collect::<Vec<_>>());
-    }
-    if runs.is_empty() {
-        return Err(Exit::failure(format!(
-            "no runs recorded for deployment '{}'",
-            a.deployment
-        )));
-    }
-    let rows: Vec<Vec<String>> = runs
-        .iter()
-        .map(|r| {
-            let c = &r.counts;
-            vec![
-                r.id.to_string(),
-                output::time_text(r.started_at),
-                r.operation.as_str().to_owned(),
-                r.outcome.map_or("unfinished", |o| o.as_str()).to_owned(),
-                r.actor.clone(),
-                format!(
-                    "+{} ~{} ±{} -{} !{}",
-                    c.created, c.updated, c.replaced, c.deleted, c.failed
-                ),
-            ]
-        })
-        .collect();
-    print(&output::table(
-        &["RUN", "STARTED", "OPERATION", "OUTCOME", "ACTOR", "CHANGES"],
-        &rows,
-    ))
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use lyra_core::report::{Action, AttrChange, Mode, Report, Status, StepReport};
-use lyra_core::state::{ChangeCounts, DeploymentState, DeploymentSummary, RunRecord};
+use lyra_core::state::{ChangeCounts, DeploymentState, DeploymentSummary, Lease, ResourceRecord, RunRecord};
 use lyra_core::value::{Map, Value, short};
 use serde::Serialize;
 
@@ -19,7 +19,7 @@ pub struct ReportJson<'a> {
     pub outcome: &'static str,
     pub duration_ms: u128,
     pub counts: &'a ChangeCounts,
-    pub returns: &'a Map,
+    pub returns: Map,
     pub steps: Vec<StepJson<'a>>,
 }
 
@@ -70,7 +70,7 @@ pub fn report_json(r: &Report) -> ReportJson<'_> {
         outcome: r.outcome.as_str(),
         duration_ms: r.duration.as_millis(),
         counts: &r.counts,
-        returns: &r.returns,
+        returns: masked_returns(r),
         steps: r
             .steps
             .iter()
@@ -234,6 +234,8 @@ pub struct RunJson<'a> {
     pub changes: &'a [lyra_core::state::ChangeRecord],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'a str>,
 }
 
 pub fn run_json(r: &RunRecord) -> RunJson<'_> {
@@ -249,14 +251,46 @@ pub fn run_json(r: &RunRecord) -> RunJson<'_> {
         counts: &r.counts,
         changes: &r.changes,
         error: r.error.as_deref(),
+        note: r.note.as_deref(),
     }
 }
 
 #[derive(Serialize)]
+pub struct LeaseJson<'a> {
+    pub owner: &'a str,
+    pub operation: &'a str,
+    /// RFC 3339 UTC times, on the state store's clock.
+    pub since: String,
+    pub expires: String,
+}
+
+pub fn lease_json(l: &Lease) -> LeaseJson<'_> {
+    LeaseJson {
+        owner: &l.owner,
+        operation: &l.operation,
+        since: time_text(l.since),
+        expires: time_text(l.expires),
+    }
+}
+
+/// "alice@laptop is running apply since 2026-11-29T10:00:00Z (lease expires 2026-…)"
+pub fn lease_text(l: &Lease) -> String {
+    format!(
+        "{} is running {} since {} (its lease expires {} unless renewed)",
+        l.owner,
+        l.operation,
+        time_text(l.since),
+        time_text(l.expires)
+    )
+}
+
+/// One element of `lyra state list -o json`: the `state show` object without `resources`.
+#[derive(Serialize)]
 pub struct DeploymentJson<'a> {
     pub deployment: &'a str,
     pub workflow: Option<&'a str>,
-    pub resources: usize,
+    pub lease: Option<LeaseJson<'a>>,
+    pub resource_count: usize,
     pub last_run: Option<RunJson<'a>>,
 }
 
@@ -264,15 +298,18 @@ pub fn summary_json(d: &DeploymentSummary) -> DeploymentJson<'_> {
     DeploymentJson {
         deployment: &d.name,
         workflow: d.workflow.as_deref(),
-        resources: d.resources,
+        lease: d.lease.as_ref().map(lease_json),
+        resource_count: d.resources,
         last_run: d.last_run.as_ref().map(run_json),
     }
 }
 
+/// `lyra state show -o json`: a stable shape for scripts.
 #[derive(Serialize)]
 pub struct StateJson<'a> {
     pub deployment: &'a str,
     pub workflow: Option<&'a str>,
+    pub lease: Option<LeaseJson<'a>>,
     pub resources: Vec<ResourceJson<'a>>,
 }
 
@@ -282,15 +319,25 @@ pub struct ResourceJson<'a> {
     #[serde(rename = "type")]
     pub type_name: &'a str,
     pub external_id: &'a str,
+    /// The actual state the provider last reported, sensitive values masked.
+    pub state: Map,
     pub managed: bool,
+    /// An interrupted run may have created it without recording the result.
+    pub pending: bool,
     pub depends_on: &'a [String],
-    pub state: &'a Map,
 }
 
-pub fn state_json(d: &DeploymentState) -> StateJson<'_> {
+/// The state as `lyra state show` prints it: attributes that `is_sensitive` says are secret
+/// are replaced by `(sensitive)`.
+pub fn state_json<'a>(
+    d: &'a DeploymentState,
+    lease: Option<&'a Lease>,
+    is_sensitive: &dyn Fn(&ResourceRecord, &str) -> bool,
+) -> StateJson<'a> {
     StateJson {
         deployment: &d.name,
         workflow: d.workflow.as_deref(),
+        lease: lease.map(lease_json),
         resources: d
             .resources
             .iter()
@@ -298,11 +345,56 @@ pub fn state_json(d: &DeploymentState) -> StateJson<'_> {
                 step: &r.step_id,
                 type_name: &r.type_name,
                 external_id: &r.external_id,
+                state: masked(r, &r.actual, is_sensitive),
                 managed: r.managed,
+                pending: r.pending,
                 depends_on: &r.depends_on,
-                state: &r.actual,
             })
             .collect(),
+    }
+}
+
+fn masked(r: &ResourceRecord, m: &Map, is_sensitive: &dyn Fn(&ResourceRecord, &str) -> bool) -> Map {
+    m.iter()
+        .map(|(k, v)| {
+            let v = if is_sensitive(r, k) && !v.is_null() {
+                Value::String(SENSITIVE.to_owned())
+            } else {
+                v.clone()
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// Returns with the sensitive ones masked.
+pub fn masked_returns(r: &Report) -> Map {
+    r.returns
+        .iter()
+        .map(|(k, v)| {
+            let v = if r.sensitive_returns.contains(k) {
+                Value::String(SENSITIVE.to_owned())
+            } else {
+                v.clone()
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// A state URL fit for messages: without a password.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{tail}")
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -330,6 +422,16 @@ mod tests {
     #[test]
     fn formats_times() {
         assert_eq!(time_text(1_796_083_200_000), "2026-12-01T00:00:00Z");
+    }
+
+    #[test]
+    fn urls_lose_their_passwords() {
+        assert_eq!(
+            redact_url("postgres://lyra:s3cret@db:5432/state?schema=x"),
+            "postgres://lyra:***@db:5432/state?schema=x"
+        );
+        assert_eq!(redact_url("postgres://lyra@db/state"), "postgres://lyra@db/state");
+        assert_eq!(redact_url(".lyra/state.db"), ".lyra/state.db");
     }
 
     #[test]

@@ -19,13 +19,14 @@ use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::expr::{Expr, ResolveError, Var};
 use crate::model::{Over, Param, ParamSource, Return, ReturnSource, Step, StepKind};
 use crate::program::Program;
-use crate::provider::{OpContext, Provider, ProviderError, Providers};
+use crate::provider::{Lookup, OpContext, Provider, ProviderError, Providers};
 use crate::report::{Action, AttrChange, Mode, Report, Status, StepReport};
 use crate::schema::ResourceSchema;
 use crate::state::{
     ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunStart,
     StateStore, StoreError,
 };
+use crate::types::Type;
 use crate::value::{Map, Value, dig};
 
 /// Progress notifications, for live output.
@@ -67,6 +68,9 @@ pub struct Engine<'a> {
 struct Val {
     var: Var,
     origins: Arc<Vec<String>>,
+    /// Derived from something `Sensitive` (a parameter or return so typed, or an attribute
+    /// the provider marks secret): whatever it flows into is masked in plans and reports.
+    sensitive: bool,
 }
 
 impl Val {
@@ -74,12 +78,14 @@ impl Val {
         Val {
             var: Var::Known(v),
             origins: Arc::new(Vec::new()),
+            sensitive: false,
         }
     }
     fn unknown() -> Val {
         Val {
             var: Var::Unknown,
             origins: Arc::new(Vec::new()),
+            sensitive: false,
         }
     }
 }
@@ -176,12 +182,21 @@ impl<'a> Engine<'a> {
         };
         let done = run.body(root, env, root_id).await;
         let mut returns = Map::new();
+        let mut sensitive_returns = Vec::new();
         let mut failed = false;
         match done {
             Done::Ok(vals) => {
                 for r in &root.returns {
-                    if let Some(Val { var: Var::Known(v), .. }) = vals.get(&r.name) {
+                    if let Some(Val {
+                        var: Var::Known(v),
+                        sensitive,
+                        ..
+                    }) = vals.get(&r.name)
+                    {
                         returns.insert(r.name.clone(), v.clone());
+                        if *sensitive {
+                            sensitive_returns.push(r.name.clone());
+                        }
                     }
                 }
             }
@@ -206,8 +221,11 @@ impl<'a> Engine<'a> {
                 failed = true;
             }
         }
-        run.conclude(run_id, started, workflow, returns, failed, cancelled)
-            .await
+        let mut report = run
+            .conclude(run_id, started, workflow, returns, failed, cancelled)
+            .await?;
+        report.sensitive_returns = sensitive_returns;
+        Ok(report)
     }
 
     /// Deletes every resource recorded for the deployment, in reverse dependency order.
@@ -298,7 +316,14 @@ impl<'a> Engine<'a> {
             match value {
                 Ok(v) => match coerce_opt(p.ty.as_ref(), &v) {
                     Ok(v) => {
-                        env.insert(p.name.clone(), Val::known(v));
+                        let sensitive = p.ty.as_ref().is_some_and(Type::is_sensitive);
+                        env.insert(
+                            p.name.clone(),
+                            Val {
+                                sensitive,
+                                ..Val::known(v)
+                            },
+                        );
                     }
                     Err(e) => diags.push(Diagnostic::new(p.span, format!("parameter '{}' {e}", p.name))),
                 },
@@ -325,7 +350,7 @@ pub fn lookup<'d>(data: &'d Map, key: &str) -> Option<&'d Value> {
     dig(first, &rest)
 }
 
-fn coerce_opt(ty: Option<&crate::types::Type>, v: &Value) -> Result<Value, crate::types::TypeError> {
+fn coerce_opt(ty: Option<&Type>, v: &Value) -> Result<Value, crate::types::TypeError> {
     match ty {
         Some(t) => t.coerce(v),
         None => Ok(v.clone()),
@@ -397,6 +422,7 @@ fn run_end(report: &Report, fatal: Option<String>) -> RunEnd {
             })
             .collect(),
         error: fatal,
+        note: None,
     }
 }
 
@@ -518,6 +544,7 @@ impl<'e, 'a> Run<'e, 'a> {
             workflow,
             outcome,
             returns,
+            sensitive_returns: Vec::new(),
             counts: count(&steps),
             steps,
             duration: started.elapsed(),
@@ -684,18 +711,24 @@ impl<'e, 'a> Run<'e, 'a> {
                 .map(|x| Val {
                     var: Var::Known(x),
                     origins: v.origins.clone(),
+                    sensitive: v.sensitive || p.ty.as_ref().is_some_and(Type::is_sensitive),
                 })
                 .map_err(|e| format!("{}: parameter '{}'{of} {e}", self.loc(p.span), p.name)),
-            _ => Ok(v),
+            _ => Ok(Val {
+                sensitive: v.sensitive || p.ty.as_ref().is_some_and(Type::is_sensitive),
+                ..v
+            }),
         }
     }
 
     fn resolve(&self, e: &Expr, env: &Env) -> Result<Val, String> {
         let look = |n: &str| env.get(n).map(|v| &v.var);
         let mut origins: BTreeSet<String> = BTreeSet::new();
+        let mut sensitive = false;
         for r in e.refs() {
             if let Some(v) = env.get(&r.name) {
                 origins.extend(v.origins.iter().cloned());
+                sensitive |= v.sensitive;
             }
         }
         let origins = Arc::new(origins.into_iter().collect());
@@ -703,10 +736,12 @@ impl<'e, 'a> Run<'e, 'a> {
             Ok(v) => Ok(Val {
                 var: Var::Known(v),
                 origins,
+                sensitive,
             }),
             Err(ResolveError::Unknown) => Ok(Val {
                 var: Var::Unknown,
                 origins,
+                sensitive,
             }),
             Err(ResolveError::NoSuchPath { reference, span }) => {
                 Err(format!("{}: {reference} does not exist", self.loc(span)))
@@ -769,6 +804,7 @@ impl<'e, 'a> Run<'e, 'a> {
                             .map_err(|e| format!("{}: return '{}' {e}", self.loc(r.span), r.name))?,
                     ),
                     origins: v.origins,
+                    sensitive: v.sensitive || t.is_sensitive(),
                 },
                 _ => v,
             };
@@ -858,11 +894,13 @@ impl<'e, 'a> Run<'e, 'a> {
     ) -> Done {
         let started = Instant::now();
         let mut origins: BTreeSet<String> = BTreeSet::new();
+        let mut sensitive = false;
         let mut values = Vec::new();
         for e in over.exprs() {
             match self.resolve(e, &env) {
                 Ok(v) => {
                     origins.extend(v.origins.iter().cloned());
+                    sensitive |= v.sensitive;
                     values.push(v.var);
                 }
                 Err(msg) => return self.fail_step(step, &id, msg, started),
@@ -935,7 +973,7 @@ impl<'e, 'a> Run<'e, 'a> {
             Over::Times(_) | Over::Range(..) => {
                 let ints: Option<Vec<i64>> = known
                     .iter()
-                    .map(|v| crate::types::Type::INTEGER.coerce(v).ok().and_then(|x| x.as_i64()))
+                    .map(|v| Type::INTEGER.coerce(v).ok().and_then(|x| x.as_i64()))
                     .collect();
                 let Some(ints) = ints else {
                     return self.fail_step(step, &id, bad("'times' and 'range' need integers".to_owned()), started);
@@ -966,6 +1004,7 @@ impl<'e, 'a> Run<'e, 'a> {
                     Val {
                         var: Var::Known(v),
                         origins: origins.clone(),
+                        sensitive,
                     },
                 );
             }
@@ -987,6 +1026,7 @@ impl<'e, 'a> Run<'e, 'a> {
         }
         results.sort_by_key(|(i, _)| *i);
         let mut all_origins: BTreeSet<String> = BTreeSet::new();
+        let mut any_sensitive = false;
         let mut unknown = false;
         let mut items = Vec::with_capacity(results.len());
         for (_, r) in results {
@@ -994,6 +1034,7 @@ impl<'e, 'a> Run<'e, 'a> {
             for ret in &inner.returns {
                 let v = r.get(&ret.name).cloned().unwrap_or_else(|| Val::known(Value::Null));
                 all_origins.extend(v.origins.iter().cloned());
+                any_sensitive |= v.sensitive;
                 match v.var {
                     Var::Known(x) => {
                         element.insert(ret.name.clone(), x);
@@ -1018,6 +1059,7 @@ impl<'e, 'a> Run<'e, 'a> {
             Val {
                 var,
                 origins: Arc::new(all_origins.into_iter().collect()),
+                sensitive: any_sensitive,
             },
         );
         Done::Ok(out)
@@ -1093,12 +1135,18 @@ impl<'e, 'a> Run<'e, 'a> {
         // The desired state, with values not known yet (planning) set aside.
         let mut desired = Map::new();
         let mut unknown = Vec::new();
+        // Attributes whose values derive from something sensitive.
+        let mut tainted: BTreeSet<String> = BTreeSet::new();
         let mut origins: BTreeSet<String> = BTreeSet::new();
         for v in env.values() {
             origins.extend(v.origins.iter().cloned());
         }
         for a in value {
-            match self.resolve(&a.expr, &env) {
+            let resolved = self.resolve(&a.expr, &env);
+            if let Ok(Val { sensitive: true, .. }) = resolved {
+                tainted.insert(a.name.clone());
+            }
+            match resolved {
                 Ok(Val { var: Var::Known(v), .. }) => {
                     let ty = schema.attribute(&a.name).map(|x| &x.ty);
                     match coerce_opt(ty, &v) {
@@ -1173,6 +1221,7 @@ impl<'e, 'a> Run<'e, 'a> {
                 }
                 Err(e) => return self.fail_step(step, &id, err(e), started),
             };
+            let secret = secret_attributes(schema, &tainted, &desired, &actual);
             if self.mode == Mode::Apply {
                 let rec = ResourceRecord {
                     step_id: id.clone(),
@@ -1182,6 +1231,8 @@ impl<'e, 'a> Run<'e, 'a> {
                     actual: actual.clone(),
                     depends_on,
                     managed: false,
+                    pending: false,
+                    sensitive: secret.iter().cloned().collect(),
                 };
                 if prior != Some(&rec)
                     && let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await
@@ -1189,19 +1240,30 @@ impl<'e, 'a> Run<'e, 'a> {
                     return self.store_failed(step, &id, &e, started);
                 }
             }
-            let returns = self.resource_returns(step, schema, Action::Read, &desired, &unknown, &actual, &id);
+            let returns = self.resource_returns(step, schema, Action::Read, &desired, &unknown, &actual, &id, &secret);
             return self.finish(step, &id, Action::Read, vec![], Some(ext), started, returns, false);
         }
 
-        // What is there now? A resource deleted behind our back is created again.
+        // What is there now? A resource deleted behind our back is created again. A pending
+        // record means an earlier run died between `create` and recording its result: only
+        // the provider can tell whether the resource was made.
         let current = match prior {
+            Some(rec) if rec.pending => match provider.lookup(&cx).await {
+                Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
+                Ok(Lookup::Absent) => None,
+                Ok(Lookup::Unsupported) => {
+                    let msg = unrecorded_message(self.deployment, &id, &schema.name);
+                    return self.fail_step(step, &id, format!("{}: {msg}", self.loc(step.span)), started);
+                }
+                Err(e) => return self.fail_step(step, &id, err(e), started),
+            },
             Some(rec) => match provider.read(&cx, &rec.external_id, Some(&rec.actual)).await {
                 Ok(a) => a.map(|a| (rec.external_id.clone(), a)),
                 Err(e) => return self.fail_step(step, &id, err(e), started),
             },
             None => None,
         };
-        let (action, changes) = match &current {
+        let (action, mut changes) = match &current {
             None => (Action::Create, creation(schema, &desired, &unknown)),
             Some((_, actual)) => {
                 let changes = diff(schema, &desired, &unknown, actual);
@@ -1215,25 +1277,53 @@ impl<'e, 'a> Run<'e, 'a> {
                 (action, changes)
             }
         };
+        let empty = Map::new();
+        let secret = secret_attributes(schema, &tainted, &desired, current.as_ref().map_or(&empty, |(_, a)| a));
+        for c in &mut changes {
+            c.sensitive |= secret.contains(&c.attribute);
+        }
         if self.mode == Mode::Plan {
-            let empty = Map::new();
             let actual = current.as_ref().map_or(&empty, |(_, a)| a);
-            let returns = self.resource_returns(step, schema, action, &desired, &unknown, actual, &id);
+            let returns = self.resource_returns(step, schema, action, &desired, &unknown, actual, &id, &secret);
             let ext = current.map(|(e, _)| e);
             return self.finish(step, &id, action, changes, ext, started, returns, false);
         }
 
-        let result: Result<(String, Map), ProviderError> = async {
+        // The intent is recorded before `create` so that a crash before the result is recorded
+        // leaves a trace (see `Lookup`). For a replace it follows the delete: until then the
+        // record keeps the old resource's id.
+        let intent = ResourceRecord::intent(&id, &schema.name, desired.clone(), depends_on.clone());
+        let intent_recorded = AtomicBool::new(false);
+        let record_intent = || async {
+            self.engine
+                .store
+                .put_resource(self.deployment, &intent)
+                .await
+                .map_err(Failure::Store)?;
+            intent_recorded.store(true, Ordering::SeqCst);
+            Ok::<(), Failure>(())
+        };
+        let result: Result<(String, Map), Failure> = async {
             match (action, &current) {
-                (Action::Create, _) => provider.create(&cx, &desired).await.map(|c| (c.external_id, c.actual)),
+                (Action::Create, _) => {
+                    record_intent().await?;
+                    Ok(provider
+                        .create(&cx, &desired)
+                        .await
+                        .map(|c| (c.external_id, c.actual))?)
+                }
                 (Action::Replace, Some((ext, actual))) => {
                     provider.delete(&cx, ext, actual).await?;
-                    provider.create(&cx, &desired).await.map(|c| (c.external_id, c.actual))
+                    record_intent().await?;
+                    Ok(provider
+                        .create(&cx, &desired)
+                        .await
+                        .map(|c| (c.external_id, c.actual))?)
                 }
-                (Action::Update, Some((ext, actual))) => provider
+                (Action::Update, Some((ext, actual))) => Ok(provider
                     .update(&cx, ext, &desired, actual)
                     .await
-                    .map(|a| (ext.clone(), a)),
+                    .map(|a| (ext.clone(), a))?),
                 (_, Some((ext, actual))) => Ok((ext.clone(), actual.clone())),
                 (_, None) => unreachable!("no-op needs a current resource"),
             }
@@ -1243,10 +1333,18 @@ impl<'e, 'a> Run<'e, 'a> {
             Ok(r) => r,
             // After a failed replace the old resource may be gone: the next run reads it,
             // finds nothing and creates it.
-            Err(e) => {
+            Err(Failure::Provider(e)) => {
+                // A create that failed made nothing (providers that cannot be sure track keys
+                // and are asked again): drop its intent so the next run simply tries again.
+                if intent_recorded.load(Ordering::SeqCst)
+                    && let Err(se) = self.engine.store.remove_resource(self.deployment, &id).await
+                {
+                    return self.store_failed(step, &id, &se, started);
+                }
                 let ext = current.map(|(e, _)| e);
                 return self.fail_as(step, &id, action, ext, err(e), started);
             }
+            Err(Failure::Store(e)) => return self.store_failed(step, &id, &e, started),
         };
         let rec = ResourceRecord {
             step_id: id.clone(),
@@ -1256,6 +1354,10 @@ impl<'e, 'a> Run<'e, 'a> {
             actual: actual.clone(),
             depends_on,
             managed: true,
+            pending: false,
+            sensitive: secret_attributes(schema, &tainted, &desired, &actual)
+                .into_iter()
+                .collect(),
         };
         // No-ops write only when the recorded state is stale (drift, new dependencies).
         if (action != Action::Noop || prior != Some(&rec))
@@ -1263,7 +1365,8 @@ impl<'e, 'a> Run<'e, 'a> {
         {
             return self.store_failed(step, &id, &e, started);
         }
-        let returns = self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id);
+        let secret: BTreeSet<String> = rec.sensitive.iter().cloned().collect();
+        let returns = self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id, &secret);
         self.finish(step, &id, action, changes, Some(ext), started, returns, false)
     }
 
@@ -1283,11 +1386,16 @@ impl<'e, 'a> Run<'e, 'a> {
         unknown: &[String],
         actual: &Map,
         id: &str,
+        secret: &BTreeSet<String>,
     ) -> Env {
         let origins = Arc::new(vec![id.to_owned()]);
         let mut out = Env::new();
         for r in &step.returns {
             let attr = r.source_name().unwrap_or(&r.name);
+            let sensitive = secret.contains(attr)
+                || schema
+                    .attribute(attr)
+                    .is_some_and(|a| a.sensitive || a.ty.is_sensitive());
             let var = if self.mode == Mode::Plan {
                 let provided = schema.attribute(attr).is_some_and(|a| a.provided);
                 if unknown.iter().any(|u| u == attr)
@@ -1319,6 +1427,7 @@ impl<'e, 'a> Run<'e, 'a> {
                 Val {
                     var,
                     origins: origins.clone(),
+                    sensitive,
                 },
             );
         }
@@ -1479,7 +1588,27 @@ impl<'e, 'a> Run<'e, 'a> {
                 step_id: &rec.step_id,
                 type_name: &rec.type_name,
             };
-            if let Err(e) = provider.delete(&cx, &rec.external_id, &rec.actual).await {
+            // A pending record has no id: ask the provider what, if anything, was made.
+            let target = if rec.pending {
+                match provider.lookup(&cx).await {
+                    Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
+                    Ok(Lookup::Absent) => None,
+                    Ok(Lookup::Unsupported) => {
+                        let msg = unrecorded_message(self.deployment, &rec.step_id, &rec.type_name);
+                        self.report(finish(Status::Failed, Some(msg)));
+                        return false;
+                    }
+                    Err(e) => {
+                        self.report(finish(Status::Failed, Some(format!("{}: {e}", rec.type_name))));
+                        return false;
+                    }
+                }
+            } else {
+                Some((rec.external_id.clone(), rec.actual.clone()))
+            };
+            if let Some((ext, actual)) = target
+                && let Err(e) = provider.delete(&cx, &ext, &actual).await
+            {
                 self.report(finish(Status::Failed, Some(format!("{}: {e}", rec.type_name))));
                 return false;
             }
@@ -1492,6 +1621,53 @@ impl<'e, 'a> Run<'e, 'a> {
         }
         self.report(finish(Status::Done, None));
         true
+    }
+}
+
+/// The attributes of a resource whose values are secret: those set from something sensitive
+/// (`tainted`), those the provider marks secret, and those in which the provider echoes a
+/// secret input back (the same value), which it cannot know to mark.
+fn secret_attributes(
+    schema: &ResourceSchema,
+    tainted: &BTreeSet<String>,
+    desired: &Map,
+    actual: &Map,
+) -> BTreeSet<String> {
+    let mut out = tainted.clone();
+    let marked = |k: &str| schema.attribute(k).is_some_and(|a| a.sensitive || a.ty.is_sensitive());
+    out.extend(desired.keys().chain(actual.keys()).filter(|k| marked(k)).cloned());
+    let secrets: Vec<&Value> = tainted
+        .iter()
+        .filter_map(|t| desired.get(t))
+        .filter(|v| !v.is_null())
+        .collect();
+    out.extend(
+        actual
+            .iter()
+            .filter(|(_, v)| secrets.contains(v))
+            .map(|(k, _)| k.clone()),
+    );
+    out
+}
+
+/// Why a step stops at a record whose `create` may or may not have happened.
+fn unrecorded_message(deployment: &str, step_id: &str, type_name: &str) -> String {
+    format!(
+        "'{step_id}' was possibly created, unrecorded: an earlier run stopped between creating this \
+         {type_name} and recording it, and {type_name} cannot tell whether it exists. Check, delete it by \
+         hand if it does, then run `lyra state rm {deployment} {step_id}`"
+    )
+}
+
+/// Why a step's provider call or its intent record failed.
+enum Failure {
+    Provider(ProviderError),
+    Store(StoreError),
+}
+
+impl From<ProviderError> for Failure {
+    fn from(e: ProviderError) -> Self {
+        Failure::Provider(e)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use futures::executor::block_on;
@@ -14,7 +14,9 @@ use crate::diag::Sources;
 use crate::program;
 use crate::provider::Created;
 use crate::schema::AttributeSchema;
-use crate::state::{DeploymentSummary, RunId, RunRecord};
+use crate::state::{
+    DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunId, RunRecord, StoreErrorKind,
+};
 use crate::types::Type;
 
 #[derive(Default)]
@@ -61,6 +63,35 @@ impl StateStore for MemStore {
     async fn history(&self, _: &str) -> Result<Vec<RunRecord>, StoreError> {
         Ok(vec![])
     }
+    // The engine never touches leases or export: the callers around it do.
+    async fn acquire_lease(&self, _: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
+        Err(unused())
+    }
+    async fn renew_lease(&self, _: &Lease, _: i64) -> Result<Option<Lease>, StoreError> {
+        Err(unused())
+    }
+    async fn release_lease(&self, _: &Lease) -> Result<(), StoreError> {
+        Err(unused())
+    }
+    async fn lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
+        Err(unused())
+    }
+    async fn break_lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
+        Err(unused())
+    }
+    async fn export(&self, _: &str) -> Result<Option<DeploymentExport>, StoreError> {
+        Err(unused())
+    }
+    async fn import(&self, _: &DeploymentExport) -> Result<(), StoreError> {
+        Err(unused())
+    }
+    async fn drop_deployment(&self, _: &str) -> Result<bool, StoreError> {
+        Err(unused())
+    }
+}
+
+fn unused() -> StoreError {
+    StoreError::new(StoreErrorKind::Other, "not used by the engine")
 }
 
 /// `Test::Thing`: fails when `input` is "boom"; logs every call.
@@ -68,6 +99,9 @@ impl StateStore for MemStore {
 struct Scripted {
     log: Mutex<Vec<String>>,
     next: Mutex<u32>,
+    /// When set, creates are tracked by idempotency key and `lookup` answers from them.
+    idempotent: AtomicBool,
+    made: Mutex<HashMap<String, Created>>,
 }
 
 #[async_trait]
@@ -92,9 +126,23 @@ impl Provider for Scripted {
         let id = format!("t-{n}");
         let mut actual = desired.clone();
         actual.insert("id".into(), json!(id));
-        Ok(Created {
+        let created = Created {
             external_id: id,
             actual,
+        };
+        if self.idempotent.load(Ordering::SeqCst) {
+            self.made.lock().unwrap().insert(cx.idempotency_key(), created.clone());
+        }
+        Ok(created)
+    }
+    async fn lookup(&self, cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+        self.log.lock().unwrap().push(format!("lookup {}", cx.step_id));
+        if !self.idempotent.load(Ordering::SeqCst) {
+            return Ok(Lookup::Unsupported);
+        }
+        Ok(match self.made.lock().unwrap().get(&cx.idempotency_key()) {
+            Some(c) => Lookup::Found(c.clone()),
+            None => Lookup::Absent,
         })
     }
     async fn read(&self, _: &OpContext<'_>, _: &str, prior: Option<&Map>) -> Result<Option<Map>, ProviderError> {
@@ -137,6 +185,10 @@ impl Fixture {
     }
 
     fn run(&self, yaml: &str, data: Value, mode: Mode) -> Report {
+        self.try_run(yaml, data, mode).unwrap()
+    }
+
+    fn try_run(&self, yaml: &str, data: Value, mode: Mode) -> Result<Report, EngineError> {
         let mut sources = Sources::default();
         let mut none = |_: &str| None;
         let prog = program::load(
@@ -162,7 +214,6 @@ impl Fixture {
                 _ => engine.apply(&prog, "d", &data, "test").await,
             }
         })
-        .unwrap()
     }
 
     fn ids(&self) -> Vec<String> {
@@ -173,6 +224,29 @@ impl Fixture {
             .unwrap_or_default();
         v.sort();
         v
+    }
+
+    /// What a crash between `create` and recording it leaves: the intent only.
+    fn crash_after_create(&self, step_id: &str) {
+        let mut m = self.store.deployments.lock().unwrap();
+        let rec = m
+            .get_mut("d")
+            .unwrap()
+            .resources
+            .iter_mut()
+            .find(|r| r.step_id == step_id)
+            .unwrap();
+        *rec = ResourceRecord::intent(
+            &rec.step_id,
+            &rec.type_name,
+            rec.desired.clone(),
+            rec.depends_on.clone(),
+        );
+    }
+
+    fn record(&self, step_id: &str) -> ResourceRecord {
+        let m = self.store.deployments.lock().unwrap();
+        m["d"].resource(step_id).unwrap().clone()
     }
 
     fn log(&self) -> Vec<String> {
@@ -399,4 +473,127 @@ fn a_negative_count_fails_the_collection() {
             .unwrap()
             .contains("'times' must not be negative")
     );
+}
+
+#[test]
+fn a_pending_record_is_resolved_by_the_providers_key_lookup() {
+    let f = Fixture::new();
+    f.provider.idempotent.store(true, Ordering::SeqCst);
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    let made = f.record("a");
+    f.crash_after_create("a");
+    f.log();
+
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Plan);
+    assert_eq!(step(&r, "a").action, Action::Noop);
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(f.log(), ["lookup a", "lookup a"], "found, not created again");
+    let rec = f.record("a");
+    assert!(!rec.pending);
+    assert_eq!(rec.external_id, made.external_id);
+
+    // The run died before the provider made anything: create it.
+    f.crash_after_create("c");
+    f.provider.made.lock().unwrap().remove("d/c");
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(step(&r, "c").action, Action::Create);
+    assert_eq!(f.log(), ["lookup c", "create c"]);
+    assert!(!f.record("c").pending);
+}
+
+#[test]
+fn a_pending_record_the_provider_cannot_check_is_reported_not_created_again() {
+    let f = Fixture::new();
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    f.crash_after_create("a");
+    f.log();
+
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Failed);
+    let a = step(&r, "a");
+    assert_eq!(a.status, Status::Failed);
+    assert!(
+        a.error.as_deref().unwrap().contains("possibly created, unrecorded"),
+        "{a:?}"
+    );
+    assert_eq!(step(&r, "b").status, Status::Skipped);
+    assert_eq!(f.log(), ["lookup a"], "nothing is created blindly");
+    assert!(f.record("a").pending, "the trace stays until someone decides");
+
+    let sources = Sources::default();
+    let engine = Engine {
+        providers: &f.providers,
+        store: &f.store,
+        observer: &Quiet,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+    };
+    let r = block_on(engine.delete("d", "test")).unwrap();
+    assert_eq!(step(&r, "a").status, Status::Failed);
+    assert_eq!(f.ids(), ["a"], "the others are deleted, the unknown one is kept");
+}
+
+#[test]
+fn a_failed_create_leaves_no_intent_behind() {
+    let f = Fixture::new();
+    let r = f.run(CHAIN, json!({"x": "boom"}), Mode::Apply);
+    assert_eq!(step(&r, "a").status, Status::Failed);
+    assert_eq!(f.ids(), ["c"]);
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    assert_eq!(f.ids(), ["a", "b", "c"]);
+}
+
+#[test]
+fn values_derived_from_a_sensitive_parameter_are_marked_sensitive() {
+    let f = Fixture::new();
+    let yaml = "
+parameters:
+  secret: Sensitive[String]
+  plain: String
+returns: [leaked, open]
+steps:
+  a:
+    returns: {leaked: input}
+    resource: Test::Thing
+    value: {input: $secret, zone: $plain}
+  b:
+    returns: {open: input}
+    resource: Test::Thing
+    value: {input: $plain}
+";
+    let r = f.run(yaml, json!({"secret": "hunter2", "plain": "z"}), Mode::Plan);
+    let a = step(&r, "a");
+    let sensitive = |attr: &str| a.changes.iter().find(|c| c.attribute == attr).unwrap().sensitive;
+    assert!(sensitive("input"));
+    assert!(!sensitive("zone"));
+    assert!(step(&r, "b").changes.iter().all(|c| !c.sensitive));
+    let r = f.run(yaml, json!({"secret": "hunter2", "plain": "z"}), Mode::Apply);
+    assert_eq!(
+        r.sensitive_returns,
+        ["leaked"],
+        "a return read from a tainted attribute"
+    );
+    assert_eq!(r.returns["open"], json!("z"));
+}
+
+#[test]
+fn a_sensitive_value_of_the_wrong_type_is_not_echoed() {
+    let f = Fixture::new();
+    let yaml = "
+parameters:
+  pin: Sensitive[Integer[0, 99]]
+steps:
+  a:
+    resource: Test::Thing
+    value: {input: $pin}
+";
+    let err = f
+        .try_run(yaml, json!({"pin": 123456}), Mode::Apply)
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("123456"), "{err}");
+    assert!(err.contains("sensitive value is not shown"), "{err}");
 }

@@ -36,6 +36,17 @@ pub struct Created {
     pub actual: Map,
 }
 
+/// What [`Provider::lookup`] found for an idempotency key.
+#[derive(Debug, Clone)]
+pub enum Lookup {
+    /// A resource was made for this key: here it is.
+    Found(Created),
+    /// Nothing was made for this key.
+    Absent,
+    /// The provider does not track idempotency keys: it cannot tell.
+    Unsupported,
+}
+
 /// A provider failure.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -62,7 +73,9 @@ pub trait Provider: Send + Sync {
     /// The resource types this provider manages.
     fn schemas(&self) -> Vec<ResourceSchema>;
 
-    /// Creates the resource described by `desired`.
+    /// Creates the resource described by `desired`. Providers that track
+    /// [`OpContext::idempotency_key`] return the resource already made for the key instead of
+    /// making a second one, and say so through [`Provider::lookup`].
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError>;
 
     /// Reads the actual state. `prior` is the last recorded actual state, for providers whose
@@ -85,6 +98,13 @@ pub trait Provider: Send + Sync {
 
     /// Deletes the resource. Deleting something already gone is not an error.
     async fn delete(&self, cx: &OpContext<'_>, external_id: &str, prior: &Map) -> Result<(), ProviderError>;
+
+    /// The resource made for `cx`'s idempotency key, if any. The engine asks after a run died
+    /// between calling `create` and recording the result. The default cannot tell.
+    async fn lookup(&self, cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+        let _ = cx;
+        Ok(Lookup::Unsupported)
+    }
 }
 
 /// All providers of an engine, indexed by resource type.

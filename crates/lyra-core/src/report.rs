@@ -106,6 +106,8 @@ pub struct Report {
     pub outcome: Outcome,
     /// The workflow's returns (apply; values not yet known in a plan are absent).
     pub returns: Map,
+    /// The returns whose values are secret: printed as `(sensitive)`.
+    pub sensitive_returns: Vec<String>,
     /// Every step, in the order they finished.
     pub steps: Vec<StepReport>,
     pub counts: ChangeCounts,

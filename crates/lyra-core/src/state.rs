@@ -27,6 +27,30 @@ pub struct ResourceRecord {
     pub depends_on: Vec<String>,
     /// `false` for read-only resources (`external_id:` steps), which are never deleted.
     pub managed: bool,
+    /// The engine asked the provider to create this resource and has not yet recorded the
+    /// result: written before `create` is called, so a crash in between leaves a trace. A
+    /// pending record has no external id and an empty actual state.
+    pub pending: bool,
+    /// Attributes whose values are secret (typed `Sensitive`, marked so by the provider, or
+    /// derived from a `Sensitive` parameter): shown as `(sensitive)`, never printed.
+    pub sensitive: Vec<String>,
+}
+
+impl ResourceRecord {
+    /// The record written just before `create`: the intent, with no result yet.
+    pub fn intent(step_id: &str, type_name: &str, desired: Map, depends_on: Vec<String>) -> Self {
+        ResourceRecord {
+            step_id: step_id.to_owned(),
+            type_name: type_name.to_owned(),
+            external_id: String::new(),
+            desired,
+            actual: Map::new(),
+            depends_on,
+            managed: true,
+            pending: true,
+            sensitive: Vec::new(),
+        }
+    }
 }
 
 /// Everything recorded about one deployment.
@@ -50,14 +74,35 @@ impl DeploymentState {
 pub enum Operation {
     Apply,
     Delete,
+    /// `lyra state unlock --force`: a lease was broken.
+    Unlock,
+    /// `lyra state rm`: resources were forgotten without being deleted.
+    Forget,
+    /// `lyra state import` / `migrate`: the deployment's state was written from elsewhere.
+    Import,
 }
 
 impl Operation {
+    pub const ALL: [Operation; 5] = [
+        Operation::Apply,
+        Operation::Delete,
+        Operation::Unlock,
+        Operation::Forget,
+        Operation::Import,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::Apply => "apply",
             Operation::Delete => "delete",
+            Operation::Unlock => "unlock",
+            Operation::Forget => "forget",
+            Operation::Import => "import",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<Operation> {
+        Operation::ALL.into_iter().find(|o| o.as_str() == s)
     }
 }
 
@@ -119,6 +164,8 @@ pub struct RunEnd {
     /// Only the steps that changed something or failed; no-ops are not listed.
     pub changes: Vec<ChangeRecord>,
     pub error: Option<String>,
+    /// A human note kept in the history (e.g. whose lease an unlock broke).
+    pub note: Option<String>,
 }
 
 /// Identifier of a run in the history.
@@ -140,6 +187,7 @@ pub struct RunRecord {
     pub counts: ChangeCounts,
     pub changes: Vec<ChangeRecord>,
     pub error: Option<String>,
+    pub note: Option<String>,
 }
 
 /// One line of `lyra state list`.
@@ -149,6 +197,58 @@ pub struct DeploymentSummary {
     pub workflow: Option<String>,
     pub resources: usize,
     pub last_run: Option<RunRecord>,
+    /// The lease, while someone holds it (expired leases are not shown).
+    pub lease: Option<Lease>,
+}
+
+/// A lease on one deployment: while it is held, only its holder applies, deletes or edits the
+/// deployment's state. Leases live in the state store, so they work across processes and
+/// machines; the holder renews it while it runs, and a crashed holder's lease expires.
+///
+/// Times are Unix milliseconds on the *store's* clock (the database server's for Postgres), so
+/// holders on machines with skewed clocks still agree on expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub deployment: String,
+    /// Who holds it: `user@host` for the CLI, `controller/<namespace>/<name>` for the controller.
+    pub owner: String,
+    /// What the holder is doing: `apply`, `delete`, `state rm`, …
+    pub operation: String,
+    /// When it was first acquired.
+    pub since: i64,
+    /// When it lapses unless renewed.
+    pub expires: i64,
+    /// A random value only the holder knows: renewing or releasing needs it, so a holder whose
+    /// lease was broken and re-taken cannot release its successor's.
+    pub token: String,
+}
+
+/// A request to take (or renew) a lease.
+#[derive(Debug, Clone)]
+pub struct LeaseRequest {
+    pub deployment: String,
+    pub owner: String,
+    pub operation: String,
+    pub token: String,
+    /// How long the lease lasts from now unless renewed.
+    pub ttl_ms: i64,
+}
+
+/// The answer to a [`LeaseRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseGrant {
+    /// The caller holds the lease now.
+    Acquired(Lease),
+    /// Someone else holds it.
+    Held(Lease),
+}
+
+/// A deployment's state as moved by `lyra state export/import/migrate`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeploymentExport {
+    pub state: DeploymentState,
+    /// Oldest first.
+    pub history: Vec<RunRecord>,
 }
 
 /// What kind of store failure this is.
@@ -222,4 +322,31 @@ pub trait StateStore: Send + Sync {
 
     /// A deployment's runs, newest first.
     async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Takes the deployment's lease if it is free, expired, or already held with the same token
+    /// (which renews it); otherwise reports the holder. Atomic across processes.
+    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError>;
+
+    /// Extends a held lease by `ttl_ms` from now. `None`: it is no longer ours (it expired and
+    /// someone else took it, or it was broken).
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError>;
+
+    /// Releases a lease if it is still ours; releasing a lost lease is not an error.
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// The deployment's unexpired lease, if any.
+    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError>;
+
+    /// Removes the deployment's lease whoever holds it (expired or not) and returns it.
+    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError>;
+
+    /// Everything recorded about a deployment, history included, for export.
+    async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError>;
+
+    /// Writes an exported deployment in one transaction: its resources replace any recorded
+    /// ones, its history is appended (with new run ids, in order).
+    async fn import(&self, export: &DeploymentExport) -> Result<(), StoreError>;
+
+    /// Drops a deployment with its resources, history and lease. `false` if it did not exist.
+    async fn drop_deployment(&self, deployment: &str) -> Result<bool, StoreError>;
 }

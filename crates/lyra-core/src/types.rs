@@ -86,7 +86,11 @@ impl Type {
         };
         match (self, value) {
             (Type::Any, v) => Ok(v.clone()),
-            (Type::Sensitive(t), v) => t.coerce_at(v, path),
+            // The error names the kind of value it got, never the secret itself.
+            (Type::Sensitive(t), v) => t.coerce_at(v, path).map_err(|e| TypeError {
+                found: format!("{} (the sensitive value is not shown)", kind_of(v)),
+                ..e
+            }),
             (Type::Optional(_), Value::Null) => Ok(Value::Null),
             (Type::Optional(t), v) => t.coerce_at(v, path),
             (Type::String, Value::String(_)) => Ok(value.clone()),

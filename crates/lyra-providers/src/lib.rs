@@ -53,13 +53,25 @@ fn random_hex_id(prefix: &str) -> String {
 /// Helpers shared by the providers' unit tests.
 #[cfg(test)]
 pub(crate) mod test_support {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use lyra_core::provider::OpContext;
     use lyra_core::value::{Map, Value};
 
+    /// A context with a step id of its own: providers that track idempotency keys would
+    /// otherwise take every create of a test for a retry of the first.
     pub(crate) fn cx(type_name: &'static str) -> OpContext<'static> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Leaked so the context can be `'static`; a few bytes per call, in tests only.
+        cx_at(type_name, String::leak(format!("step/{n}")))
+    }
+
+    /// A context for step `step_id` of deployment `test`, whose key is `test/<step_id>`.
+    pub(crate) fn cx_at(type_name: &'static str, step_id: &'static str) -> OpContext<'static> {
         OpContext {
             deployment: "test",
-            step_id: "step",
+            step_id,
             type_name,
         }
     }

@@ -6,7 +6,7 @@
 //! cheap enough for the engine's large benchmarks: every operation is a map clone at most.
 
 use async_trait::async_trait;
-use lyra_core::provider::{Created, OpContext, Provider, ProviderError};
+use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema};
 use lyra_core::types::Type;
 use lyra_core::value::{Map, Value};
@@ -75,6 +75,13 @@ impl Provider for NullProvider {
     async fn delete(&self, _cx: &OpContext<'_>, _external_id: &str, _prior: &Map) -> Result<(), ProviderError> {
         Ok(())
     }
+
+    /// Always `Absent`, and truthfully so: a Null::Resource is nothing but its record in the engine's
+    /// state, so a create whose result was never recorded left nothing behind to find, and
+    /// creating again makes no duplicate.
+    async fn lookup(&self, _cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+        Ok(Lookup::Absent)
+    }
 }
 
 #[cfg(test)]
@@ -129,5 +136,15 @@ mod tests {
         assert!(schema.attribute("output").unwrap().provided);
         assert!(schema.attribute("triggers_replace").unwrap().immutable);
         assert!(!schema.attribute("input").unwrap().immutable);
+    }
+
+    #[tokio::test]
+    async fn lookup_finds_nothing_outside_the_state() {
+        let p = NullProvider::new();
+        let cx = cx();
+        assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+        // Even right after a create for the same key: there is nowhere it could be found.
+        p.create(&cx, &Map::new()).await.unwrap();
+        assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
     }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lyra_core::provider::{Created, OpContext, Provider, ProviderError};
+use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema};
 use lyra_core::types::{Type, kind_of};
 use lyra_core::value::{Map, Value};
@@ -101,6 +101,13 @@ impl Provider for TimeProvider {
         tokio::time::sleep(duration(prior, DESTROY_DURATION)?).await;
         Ok(())
     }
+
+    /// Always `Absent`, and truthfully so: a Time::Sleep is nothing but its record in the engine's
+    /// state, so a create whose result was never recorded left nothing behind to find, and
+    /// creating again makes no duplicate.
+    async fn lookup(&self, _cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+        Ok(Lookup::Absent)
+    }
 }
 
 #[cfg(test)]
@@ -188,5 +195,15 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, ProviderError::InvalidValue { .. }), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn lookup_finds_nothing_outside_the_state() {
+        let p = TimeProvider::new();
+        let cx = cx();
+        assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+        // Even right after a create for the same key: there is nowhere it could be found.
+        p.create(&cx, &Map::new()).await.unwrap();
+        assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
     }
 }

@@ -1,16 +1,16 @@
 //! The behavioural contract of a [`StateStore`], written once for every backend.
 //!
 //! Each check takes an **empty** store, exercises one behaviour through the trait only and
-//! panics on a violation. Backends call them from their own tests (see `sqlite/tests.rs`), so
-//! the future Postgres store is held to exactly what the SQLite one is. Built for this crate's
-//! tests and with the `conformance` feature.
+//! panics on a violation. `src/tests.rs` runs every check against both backends (one test per
+//! check per backend), so the Postgres store is held to exactly what the SQLite one is. Built
+//! for this crate's tests and with the `conformance` feature.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore,
-    StoreErrorKind,
+    ChangeCounts, ChangeRecord, DeploymentExport, DeploymentState, Lease, LeaseGrant, LeaseRequest, Operation, Outcome,
+    ResourceRecord, RunEnd, RunRecord, RunStart, StateStore, StoreErrorKind,
 };
 use lyra_core::value::{Map, Value};
 use serde_json::json;
@@ -25,6 +25,8 @@ pub fn resource(step_id: &str) -> ResourceRecord {
         actual: map(json!({ "name": step_id, "size": 3, "id": format!("ext-{step_id}") })),
         depends_on: Vec::new(),
         managed: true,
+        pending: false,
+        sensitive: vec![],
     }
 }
 
@@ -140,6 +142,8 @@ pub fn awkward_resource() -> ResourceRecord {
         actual: map(json!({ "id": "i-123", "tags": { "Name": "ça va", "": "empty key" } })),
         depends_on: vec!["network".to_owned(), "servers/0/ディスク".to_owned()],
         managed: false,
+        pending: false,
+        sensitive: vec!["zeta".to_owned(), "emoji 😀".to_owned()],
     }
 }
 
@@ -171,6 +175,8 @@ pub async fn replace_resource(store: &dyn StateStore) {
         actual: Map::new(),
         depends_on: vec!["b".to_owned()],
         managed: false,
+        pending: false,
+        sensitive: vec![],
     };
     store.put_resource("d", &replacement).await.expect("put");
     let state = load(store, "d").await;
@@ -257,6 +263,7 @@ pub async fn list_sorted_with_counts_and_last_run(store: &dyn StateStore) {
                 },
                 changes: vec![],
                 error: None,
+                note: None,
             },
         )
         .await
@@ -326,6 +333,7 @@ pub async fn finish_run_records_end(store: &dyn StateStore) {
             },
         ],
         error: Some("1 step failed".to_owned()),
+        note: None,
     };
     store.finish_run(id, &end).await.expect("finish_run");
     let after = now_ms();
@@ -346,6 +354,7 @@ pub async fn finish_run_records_end(store: &dyn StateStore) {
             counts: ChangeCounts::default(),
             changes: vec![],
             error: None,
+            note: None,
         };
         store.finish_run(id, &end).await.expect("finish_run");
         assert_eq!(store.history("d").await.expect("history")[0].outcome, Some(outcome));
@@ -361,6 +370,7 @@ pub async fn unfinished_run_has_no_outcome(store: &dyn StateStore) {
         counts: ChangeCounts::default(),
         changes: vec![],
         error: None,
+        note: None,
     };
     store.finish_run(later, &end).await.expect("finish_run");
     let history = store.history("d").await.expect("history");
@@ -379,6 +389,7 @@ pub async fn finish_run_misuse_is_rejected(store: &dyn StateStore) {
         counts: ChangeCounts::default(),
         changes: vec![],
         error: None,
+        note: None,
     };
     store
         .finish_run(id, &end(Outcome::Succeeded))
@@ -459,6 +470,7 @@ pub async fn concurrent_mixed_writes(store: &dyn StateStore) {
             },
             changes: vec![],
             error: None,
+            note: None,
         };
         store.finish_run(run, &end).await.expect("finish_run");
     });
@@ -491,6 +503,7 @@ pub async fn seed(store: &dyn StateStore) {
             error: None,
         }],
         error: None,
+        note: None,
     };
     store.finish_run(id, &end).await.expect("finish_run");
     store.begin_run(&apply("kept", "wf")).await.expect("begin_run");
@@ -513,4 +526,394 @@ pub async fn check_seeded(store: &dyn StateStore) {
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].resources, 2);
     assert_eq!(list[0].last_run.as_ref(), history.first());
+}
+
+// --- Pending records, notes and operations ---------------------------------------------------
+
+/// The intent written before a `create` (pending, no external id) comes back as written, and
+/// the recorded result replaces it.
+pub async fn pending_round_trip(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let intent = ResourceRecord::intent(
+        "servers/0",
+        "Test::Thing",
+        map(json!({ "name": "s0", "size": 2 })),
+        vec!["network".to_owned()],
+    );
+    store.put_resource("d", &intent).await.expect("put intent");
+    let back = load(store, "d").await.resources;
+    assert_eq!(back, vec![intent.clone()]);
+    assert!(back[0].pending);
+
+    let mut done = resource("servers/0");
+    done.depends_on = intent.depends_on.clone();
+    store.put_resource("d", &done).await.expect("put result");
+    let back = load(store, "d").await.resources;
+    assert_eq!(back, vec![done]);
+    assert!(!back[0].pending);
+}
+
+/// A run's note is kept; every operation round-trips; only applies change the workflow.
+pub async fn notes_and_operations_round_trip(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    for operation in Operation::ALL {
+        let run = RunStart {
+            deployment: "d".to_owned(),
+            workflow: Some(format!("wf-{}", operation.as_str())),
+            operation,
+            actor: "admin@host".to_owned(),
+        };
+        let id = store.begin_run(&run).await.expect("begin_run");
+        let note = format!("{} by admin: broke alice@laptop's lease ✓", operation.as_str());
+        let end = RunEnd {
+            outcome: Outcome::Succeeded,
+            counts: ChangeCounts::default(),
+            changes: vec![],
+            error: None,
+            note: Some(note.clone()),
+        };
+        store.finish_run(id, &end).await.expect("finish_run");
+        let last = store.history("d").await.expect("history").remove(0);
+        assert_eq!(last.id, id);
+        assert_eq!(last.operation, operation);
+        assert_eq!(last.note.as_deref(), Some(note.as_str()));
+        // The first turn applies "wf-apply"; the other operations leave it.
+        assert_eq!(load(store, "d").await.workflow.as_deref(), Some("wf-apply"));
+    }
+    // A run without a note has none.
+    let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    assert_eq!(store.history("d").await.expect("history")[0].id, id);
+    assert_eq!(store.history("d").await.expect("history")[0].note, None);
+}
+
+// --- Leases -----------------------------------------------------------------------------------
+
+/// A lease request for `deployment` by `owner` with `token`.
+pub fn lease_request(deployment: &str, owner: &str, token: &str, ttl_ms: i64) -> LeaseRequest {
+    LeaseRequest {
+        deployment: deployment.to_owned(),
+        owner: owner.to_owned(),
+        operation: "apply".to_owned(),
+        token: token.to_owned(),
+        ttl_ms,
+    }
+}
+
+async fn acquired(store: &dyn StateStore, request: &LeaseRequest) -> Lease {
+    match store.acquire_lease(request).await.expect("acquire_lease") {
+        LeaseGrant::Acquired(lease) => lease,
+        LeaseGrant::Held(holder) => panic!("{} expected the lease, {} holds it", request.owner, holder.owner),
+    }
+}
+
+async fn held(store: &dyn StateStore, request: &LeaseRequest) -> Lease {
+    match store.acquire_lease(request).await.expect("acquire_lease") {
+        LeaseGrant::Held(holder) => holder,
+        LeaseGrant::Acquired(lease) => panic!("{} took a lease that is held: {lease:?}", request.owner),
+    }
+}
+
+/// The store's clock may be another machine's (Postgres): allow this much skew against ours.
+const CLOCK_SLACK_MS: i64 = 2_000;
+
+/// Acquire, refuse with the holder's details, renew (same token keeps `since`, moves
+/// `expires`), refuse a renewal or release with the wrong token, release, re-acquire by
+/// another; `lease` and `list` show the holder without its token.
+pub async fn lease_lifecycle(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let alice = lease_request("d", "alice@laptop", "token-alice", 60_000);
+    let bob = lease_request("d", "controller/default/web", "token-bob", 60_000);
+
+    let before = now_ms();
+    let first = acquired(store, &alice).await;
+    let after = now_ms();
+    assert_eq!(first.deployment, "d");
+    assert_eq!(first.owner, "alice@laptop");
+    assert_eq!(first.operation, "apply");
+    assert_eq!(first.token, "token-alice");
+    assert!(
+        (before - CLOCK_SLACK_MS..=after + CLOCK_SLACK_MS).contains(&first.since),
+        "since {} not near now {before}",
+        first.since
+    );
+    assert_eq!(first.expires - first.since, 60_000);
+
+    // Refused, naming the holder, what it does and since when; never its token.
+    let holder = held(store, &bob).await;
+    assert_eq!(
+        (
+            holder.deployment.as_str(),
+            holder.owner.as_str(),
+            holder.operation.as_str()
+        ),
+        ("d", "alice@laptop", "apply")
+    );
+    assert_eq!((holder.since, holder.expires), (first.since, first.expires));
+    assert!(holder.token.is_empty(), "a refusal must not reveal the token");
+
+    // Acquiring again with the same token renews, keeping `since`.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let again = acquired(store, &alice).await;
+    assert_eq!(again.since, first.since);
+    assert!(again.expires > first.expires, "{} > {}", again.expires, first.expires);
+
+    let renewed = store
+        .renew_lease(&first, 120_000)
+        .await
+        .expect("renew_lease")
+        .expect("still ours");
+    assert_eq!(renewed.since, first.since);
+    assert_eq!(renewed.token, first.token);
+    assert!(renewed.expires >= again.expires + 59_000, "{renewed:?}");
+
+    let impostor = Lease {
+        token: "guessed".to_owned(),
+        ..first.clone()
+    };
+    assert_eq!(store.renew_lease(&impostor, 1_000).await.expect("renew_lease"), None);
+    store.release_lease(&impostor).await.expect("release_lease");
+
+    let shown = store.lease("d").await.expect("lease").expect("held");
+    assert_eq!(
+        shown,
+        Lease {
+            token: String::new(),
+            ..renewed.clone()
+        }
+    );
+    let list = store.list().await.expect("list");
+    assert_eq!(list[0].lease.as_ref(), Some(&shown));
+
+    store.release_lease(&first).await.expect("release_lease");
+    assert_eq!(store.lease("d").await.expect("lease"), None);
+    assert_eq!(store.list().await.expect("list")[0].lease, None);
+    let taken = acquired(store, &bob).await;
+    assert_eq!(taken.owner, "controller/default/web");
+    assert!(taken.since >= first.since);
+
+    // Alice's lease is gone: renewing it fails, releasing it again is harmless.
+    assert_eq!(store.renew_lease(&first, 60_000).await.expect("renew_lease"), None);
+    store.release_lease(&first).await.expect("release of a lost lease");
+    assert_eq!(
+        store.lease("d").await.expect("lease").map(|l| l.owner),
+        Some("controller/default/web".to_owned())
+    );
+}
+
+/// An unrenewed lease expires: it is hidden, and another holder may take it; the old holder
+/// then cannot renew it.
+pub async fn lease_expires(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let short = acquired(store, &lease_request("d", "crashed@host", "token-short", 150)).await;
+    assert!(store.lease("d").await.expect("lease").is_some());
+    assert!(store.list().await.expect("list")[0].lease.is_some());
+    held(store, &lease_request("d", "other@host", "token-other", 60_000)).await;
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        store.lease("d").await.expect("lease"),
+        None,
+        "expired leases are hidden"
+    );
+    assert_eq!(store.list().await.expect("list")[0].lease, None);
+
+    let taken = acquired(store, &lease_request("d", "other@host", "token-other", 60_000)).await;
+    assert!(taken.since > short.since, "a new holder starts a new `since`");
+    assert_eq!(store.renew_lease(&short, 60_000).await.expect("renew_lease"), None);
+    store.release_lease(&short).await.expect("release_lease");
+    assert_eq!(
+        store.lease("d").await.expect("lease").map(|l| l.owner),
+        Some("other@host".to_owned())
+    );
+}
+
+/// Breaking removes whatever lease there is (even an expired one) and returns it.
+pub async fn break_lease_returns_holder(store: &dyn StateStore) {
+    assert_eq!(store.break_lease("d").await.expect("break_lease"), None);
+    let alice = acquired(store, &lease_request("d", "alice@laptop", "token-alice", 60_000)).await;
+    let broken = store.break_lease("d").await.expect("break_lease").expect("was held");
+    assert_eq!(broken, alice);
+    assert_eq!(store.lease("d").await.expect("lease"), None);
+    assert_eq!(store.renew_lease(&alice, 60_000).await.expect("renew_lease"), None);
+    acquired(store, &lease_request("d", "bob@host", "token-bob", 60_000)).await;
+
+    let stale = acquired(store, &lease_request("e", "gone@host", "token-gone", 50)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(store.break_lease("e").await.expect("break_lease"), Some(stale));
+    assert_eq!(store.break_lease("e").await.expect("break_lease"), None);
+}
+
+/// A lease on one deployment never blocks another.
+pub async fn leases_are_per_deployment(store: &dyn StateStore) {
+    acquired(store, &lease_request("blue", "alice@laptop", "token-a", 60_000)).await;
+    acquired(store, &lease_request("green", "bob@host", "token-b", 60_000)).await;
+    held(store, &lease_request("blue", "bob@host", "token-b", 60_000)).await;
+    store.break_lease("blue").await.expect("break_lease");
+    assert_eq!(
+        store.lease("green").await.expect("lease").map(|l| l.owner),
+        Some("bob@host".to_owned())
+    );
+}
+
+/// `n` concurrent acquires with different tokens: exactly one wins, and every other one is
+/// told who did.
+pub async fn concurrent_acquires_one_winner(store: &dyn StateStore, n: usize) {
+    let requests: Vec<_> = (0..n)
+        .map(|i| lease_request("d", &format!("owner{i}"), &format!("token{i}"), 60_000))
+        .collect();
+    let grants = join_all(requests.iter().map(|r| store.acquire_lease(r))).await;
+    let mut winners = Vec::new();
+    let mut holders = Vec::new();
+    for grant in grants {
+        match grant.expect("acquire_lease") {
+            LeaseGrant::Acquired(lease) => winners.push(lease),
+            LeaseGrant::Held(holder) => holders.push(holder),
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    assert!(holders.iter().all(|h| h.owner == winners[0].owner), "{holders:?}");
+}
+
+// --- Export, import, drop ---------------------------------------------------------------------
+
+/// Writes a deployment with every kind of content for the export tests.
+async fn seed_for_export(store: &dyn StateStore, deployment: &str) {
+    let id = store.begin_run(&apply(deployment, "wf")).await.expect("begin_run");
+    store.put_resource(deployment, &awkward_resource()).await.expect("put");
+    store.put_resource(deployment, &resource("plain")).await.expect("put");
+    let intent = ResourceRecord::intent("pending", "Test::Thing", Map::new(), vec!["plain".to_owned()]);
+    store.put_resource(deployment, &intent).await.expect("put");
+    let end = RunEnd {
+        outcome: Outcome::Failed,
+        counts: ChangeCounts {
+            created: 2,
+            failed: 1,
+            ..Default::default()
+        },
+        changes: vec![ChangeRecord {
+            step_id: "pending".to_owned(),
+            action: "create".to_owned(),
+            error: Some("boom".to_owned()),
+        }],
+        error: Some("1 step failed".to_owned()),
+        note: Some("first".to_owned()),
+    };
+    store.finish_run(id, &end).await.expect("finish_run");
+    let unlock = RunStart {
+        deployment: deployment.to_owned(),
+        workflow: None,
+        operation: Operation::Unlock,
+        actor: "admin@host".to_owned(),
+    };
+    store.begin_run(&unlock).await.expect("begin_run");
+}
+
+/// History without the run ids and deployment names, which an import changes.
+fn portable(history: &[RunRecord]) -> Vec<RunRecord> {
+    history
+        .iter()
+        .map(|r| RunRecord {
+            id: 0,
+            deployment: String::new(),
+            ..r.clone()
+        })
+        .collect()
+}
+
+/// Export gives the state and the history (oldest first); importing it elsewhere gives the
+/// same state and history, with new run ids in the same order.
+pub async fn export_import_round_trip(store: &dyn StateStore) {
+    assert_eq!(store.export("nobody").await.expect("export"), None);
+    seed_for_export(store, "src").await;
+    let export = store.export("src").await.expect("export").expect("exists");
+    assert_eq!(export.state, load(store, "src").await);
+    let mut newest_first = store.history("src").await.expect("history");
+    newest_first.reverse();
+    assert_eq!(export.history, newest_first, "history is oldest first");
+    assert_eq!(export.history.len(), 2);
+
+    let mut moved = export.clone();
+    moved.state.name = "dst".to_owned();
+    store.import(&moved).await.expect("import");
+    let back = store.export("dst").await.expect("export").expect("imported");
+    assert_eq!(back.state, moved.state);
+    assert_eq!(portable(&back.history), portable(&export.history));
+    assert!(back.history.iter().all(|r| r.deployment == "dst"));
+    assert!(back.history.windows(2).all(|w| w[0].id < w[1].id), "new ids, in order");
+    // The source is untouched.
+    assert_eq!(store.export("src").await.expect("export"), Some(export));
+}
+
+/// Import replaces the recorded resources and appends to the history.
+pub async fn import_replaces_resources(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "old-wf")).await.expect("begin_run");
+    for id in ["gone", "kept"] {
+        store.put_resource("d", &resource(id)).await.expect("put");
+    }
+    let mut kept = resource("kept");
+    kept.external_id = "imported-id".to_owned();
+    let import = DeploymentExport {
+        state: DeploymentState {
+            name: "d".to_owned(),
+            workflow: Some("new-wf".to_owned()),
+            resources: vec![kept.clone(), resource("new")],
+        },
+        history: vec![RunRecord {
+            id: 12345,
+            deployment: "elsewhere".to_owned(),
+            workflow: Some("new-wf".to_owned()),
+            operation: Operation::Import,
+            actor: "migrate@host".to_owned(),
+            started_at: 1_000,
+            finished_at: Some(2_000),
+            outcome: Some(Outcome::Succeeded),
+            counts: ChangeCounts::default(),
+            changes: vec![],
+            error: None,
+            note: Some("from sqlite".to_owned()),
+        }],
+    };
+    store.import(&import).await.expect("import");
+    let state = load(store, "d").await;
+    assert_eq!(state.workflow.as_deref(), Some("new-wf"));
+    assert_eq!(state.resources, vec![kept, resource("new")]);
+    let history = store.history("d").await.expect("history");
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].operation, Operation::Import);
+    assert_eq!(history[0].deployment, "d");
+    assert_eq!((history[0].started_at, history[0].finished_at), (1_000, Some(2_000)));
+    assert_eq!(history[0].note.as_deref(), Some("from sqlite"));
+    assert_ne!(history[0].id, 12345);
+    assert_eq!(history[1].operation, Operation::Apply);
+}
+
+/// Dropping removes the deployment, its resources, history and lease, and nothing else.
+pub async fn drop_deployment_removes_everything(store: &dyn StateStore) {
+    seed_for_export(store, "d").await;
+    seed_for_export(store, "other").await;
+    acquired(store, &lease_request("d", "alice@laptop", "token-a", 60_000)).await;
+    acquired(store, &lease_request("other", "bob@host", "token-b", 60_000)).await;
+
+    assert!(store.drop_deployment("d").await.expect("drop"));
+    assert_eq!(store.load("d").await.expect("load"), None);
+    assert!(store.history("d").await.expect("history").is_empty());
+    assert_eq!(store.lease("d").await.expect("lease"), None);
+    assert_eq!(store.export("d").await.expect("export"), None);
+    let list = store.list().await.expect("list");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].name, "other");
+    assert_eq!(list[0].resources, 3);
+    assert!(list[0].lease.is_some());
+    assert!(!store.drop_deployment("d").await.expect("drop again"));
+
+    // A lease alone (taken before the first run) goes too, and is not a deployment.
+    acquired(store, &lease_request("new", "carol@host", "token-c", 60_000)).await;
+    assert!(!store.drop_deployment("new").await.expect("drop"));
+    assert_eq!(store.lease("new").await.expect("lease"), None);
+
+    // The name can be used again, from scratch.
+    store.begin_run(&apply("d", "wf2")).await.expect("begin_run");
+    store.put_resource("d", &resource("a")).await.expect("put");
+    assert_eq!(load(store, "d").await.resources, vec![resource("a")]);
+    assert_eq!(store.history("d").await.expect("history").len(), 1);
 }

@@ -49,6 +49,31 @@ pub enum Error {
         source: MigrateError,
     },
 
+    /// The Postgres server could not be reached when opening the store. `target` is
+    /// `host:port/database`: never the URL, which may hold a password.
+    #[error("cannot connect to the Postgres state at {target}: {source}")]
+    PgConnect {
+        target: String,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// The Postgres schema could not be created or brought up to date.
+    #[error("cannot migrate the Postgres state at {target}: {source}")]
+    PgMigrate {
+        target: String,
+        #[source]
+        source: MigrateError,
+    },
+
+    /// The connection to Postgres failed and retrying did not help (or was not safe).
+    #[error("lost the connection to the Postgres state at {target}: {source}")]
+    PgUnavailable {
+        target: String,
+        #[source]
+        source: sqlx::Error,
+    },
+
     /// A query failed.
     #[error("state database error: {0}")]
     Sqlx(#[from] sqlx::Error),
@@ -81,6 +106,10 @@ pub enum Error {
     #[error("run {0} has already finished")]
     RunAlreadyFinished(RunId),
 
+    /// A lease kept being taken and released faster than it could be read.
+    #[error("the lease on deployment {0:?} keeps changing hands")]
+    LeaseContended(String),
+
     /// The store's writer has stopped (the store was closed, or its runtime shut down).
     #[error("the state store is closed")]
     Closed,
@@ -94,17 +123,20 @@ impl Error {
     /// How the engine should see this error.
     pub fn kind(&self) -> StoreErrorKind {
         match self {
-            Error::Unsupported(_) | Error::Io { .. } | Error::Closed | Error::InvalidUrl { .. } => {
-                StoreErrorKind::Unavailable
-            }
+            Error::Unsupported(_)
+            | Error::Io { .. }
+            | Error::Closed
+            | Error::InvalidUrl { .. }
+            | Error::PgConnect { .. }
+            | Error::PgUnavailable { .. } => StoreErrorKind::Unavailable,
             Error::Open { source, .. } => match sqlx_kind(source) {
                 StoreErrorKind::Corrupt => StoreErrorKind::Corrupt,
                 _ => StoreErrorKind::Unavailable,
             },
             Error::NotADatabase { .. } | Error::Corrupt { .. } | Error::UnknownValue { .. } => StoreErrorKind::Corrupt,
-            Error::Migrate { source, .. } => migrate_kind(source),
+            Error::Migrate { source, .. } | Error::PgMigrate { source, .. } => migrate_kind(source),
             Error::Sqlx(e) => sqlx_kind(e),
-            Error::RunAlreadyFinished(_) => StoreErrorKind::Conflict,
+            Error::RunAlreadyFinished(_) | Error::LeaseContended(_) => StoreErrorKind::Conflict,
             Error::Encode { .. } | Error::UnknownRun(_) => StoreErrorKind::Other,
             Error::Batch(e) => e.kind(),
         }
@@ -147,6 +179,9 @@ fn database_kind(db: &dyn DatabaseError) -> StoreErrorKind {
     if db.kind() == DbErrorKind::UniqueViolation {
         return StoreErrorKind::Conflict;
     }
+    if db.code().as_deref().is_some_and(is_pg_connection_code) {
+        return StoreErrorKind::Unavailable;
+    }
     if let Some(code) = sqlite_primary_code(db) {
         return match code {
             SQLITE_CORRUPT | SQLITE_NOTADB => StoreErrorKind::Corrupt,
@@ -156,6 +191,27 @@ fn database_kind(db: &dyn DatabaseError) -> StoreErrorKind {
         };
     }
     StoreErrorKind::Other
+}
+
+/// SQLSTATEs that mean the connection is gone or unusable, not that the statement was wrong:
+/// class 08 (connection exception), 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot
+/// connect now (starting up or shutting down).
+pub(crate) fn is_pg_connection_code(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+}
+
+/// Whether `e` is a connection fault: the server or the network, not the statement. Used to
+/// decide what is worth retrying on a fresh connection.
+pub(crate) fn is_connection_fault(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().as_deref().is_some_and(is_pg_connection_code),
+        _ => false,
+    }
 }
 
 // Primary SQLite result codes (https://www.sqlite.org/rescode.html).

@@ -1,14 +1,24 @@
 //! `lyra-state`: the [`StateStore`] implementations, where Lyra records what it manages.
 //!
-//! Today that is [`SqliteStore`], one SQLite file. [`open`] picks the backend from a URL, so
-//! the CLI and the controller need not know which one they talk to; Postgres will sit beside
-//! SQLite with its own module and migrations (`migrations/postgres/`), sharing the row types
-//! of `rows.rs` and the behavioural suite of `conformance` (feature `conformance`).
+//! - [`SqliteStore`]: one SQLite file, the embedded default.
+//! - [`PostgresStore`]: a Postgres database shared by every CLI and controller that manage the
+//!   same deployments.
 //!
-//! Writes are durable when their call returns and concurrent writes share one commit; see the
-//! [`SqliteStore`] docs for the durability level and how to raise it.
+//! [`open`] picks the backend from a URL, so the CLI and the controller need not know which
+//! one they talk to. Both backends share the row types of `rows.rs` (JSON stored as text, so
+//! both give back exactly the bytes written) and are held to one behavioural suite,
+//! `conformance` (feature `conformance`), run against each.
+//!
+//! Writes are durable when their call returns. On SQLite concurrent writes share one commit
+//! (see [`SqliteStore`]); on Postgres each call commits on its own pooled connection and
+//! connection faults are retried where that is safe (see [`PostgresStore`]).
+//!
+//! [`lease`] keeps a deployment's lease for the length of a run: the state's single-writer
+//! rule for apply, delete and state edits, across processes and machines.
 
 mod error;
+pub mod lease;
+mod postgres;
 mod rows;
 mod sqlite;
 mod url;
@@ -16,12 +26,17 @@ mod url;
 #[cfg(any(test, feature = "conformance"))]
 #[doc(hidden)]
 pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
 use lyra_core::state::StateStore;
 
 pub use crate::error::Error;
+pub use crate::postgres::{APPLICATION_NAME, PostgresOptions, PostgresStore, RETRY_FOR};
 pub use crate::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 use crate::url::StoreUrl;
@@ -32,10 +47,14 @@ use crate::url::StoreUrl;
 ///   `?synchronous=full` (or `extra`) trades speed for durability against power loss; the
 ///   default, `normal`, is durable against the process dying. The path is used as written
 ///   (no percent-decoding); `sqlite:///abs/path` and `sqlite://rel/path` both work.
-/// - `postgres://…` / `postgresql://…`: not available yet ([`Error::Unsupported`]).
+/// - `postgres://[user[:password]@]host[:port]/database[?…]` (or `postgresql://`): a Postgres
+///   database; sqlx's parameters (`sslmode`, `application_name`, …) apply. Lyra adds
+///   `schema=NAME` (lowercase letters, digits, `_`): the tables live in that schema, created
+///   if missing, so several states can share one database. Error messages never show the
+///   password.
 pub async fn open(url: &str) -> Result<Arc<dyn StateStore>, Error> {
     match StoreUrl::parse(url)? {
         StoreUrl::Sqlite { path, options } => Ok(Arc::new(SqliteStore::open_with(&path, &options).await?)),
-        StoreUrl::Postgres => Err(Error::Unsupported("Postgres state is not available yet")),
+        StoreUrl::Postgres { .. } => Ok(Arc::new(PostgresStore::connect(url).await?)),
     }
 }

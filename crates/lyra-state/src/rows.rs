@@ -5,10 +5,12 @@
 //! so the database never has to understand the payloads. Keeping these types apart from the
 //! `lyra-core` ones means a change there cannot silently change the on-disk format.
 
+use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunRecord, RunStart,
+    ChangeCounts, ChangeRecord, DeploymentSummary, Lease, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunRecord,
+    RunStart,
 };
 use lyra_core::value::Map;
 use serde::{Deserialize, Serialize};
@@ -36,6 +38,10 @@ pub(crate) struct ResourceRow {
     /// JSON array of step ids.
     pub depends_on: String,
     pub managed: bool,
+    /// The intent of a `create` whose result is not recorded yet.
+    pub pending: bool,
+    /// JSON array of attribute names.
+    pub sensitive: String,
     pub updated_at: i64,
 }
 
@@ -50,6 +56,8 @@ impl ResourceRow {
             actual: encode("resource actual state", &record.actual)?,
             depends_on: encode("resource dependencies", &record.depends_on)?,
             managed: record.managed,
+            pending: record.pending,
+            sensitive: encode("resource sensitive attributes", &record.sensitive)?,
             updated_at,
         })
     }
@@ -64,6 +72,7 @@ impl ResourceRow {
         let desired: Map = decode(&self.desired, || what("desired"))?;
         let actual: Map = decode(&self.actual, || what("actual"))?;
         let depends_on: Vec<String> = decode(&self.depends_on, || what("depends_on"))?;
+        let sensitive: Vec<String> = decode(&self.sensitive, || what("sensitive"))?;
         Ok(ResourceRecord {
             step_id: self.step_id,
             type_name: self.type_name,
@@ -72,6 +81,8 @@ impl ResourceRow {
             actual,
             depends_on,
             managed: self.managed,
+            pending: self.pending,
+            sensitive,
         })
     }
 }
@@ -93,6 +104,7 @@ pub(crate) struct RunRow {
     /// JSON array of [`StoredChange`].
     pub changes: String,
     pub error: Option<String>,
+    pub note: Option<String>,
 }
 
 /// The columns `finish_run` sets.
@@ -104,6 +116,7 @@ pub(crate) struct RunEndRow {
     pub counts: String,
     pub changes: String,
     pub error: Option<String>,
+    pub note: Option<String>,
 }
 
 impl RunRow {
@@ -121,20 +134,36 @@ impl RunRow {
             counts: encode("run counts", &StoredCounts::default())?,
             changes: "[]".to_owned(),
             error: None,
+            note: None,
+        })
+    }
+
+    /// The row of an imported run (its id is ignored: the store assigns a new one).
+    pub fn imported(run: &RunRecord, deployment: &str) -> Result<Self, Error> {
+        let changes: Vec<StoredChange> = run.changes.iter().map(StoredChange::from).collect();
+        Ok(RunRow {
+            id: 0,
+            deployment: deployment.to_owned(),
+            workflow: run.workflow.clone(),
+            operation: run.operation.as_str().to_owned(),
+            actor: run.actor.clone(),
+            started_at: run.started_at,
+            finished_at: run.finished_at,
+            outcome: run.outcome.map(|o| o.as_str().to_owned()),
+            counts: encode("run counts", &StoredCounts::from(&run.counts))?,
+            changes: encode("run changes", &changes)?,
+            error: run.error.clone(),
+            note: run.note.clone(),
         })
     }
 
     pub fn into_record(self) -> Result<RunRecord, Error> {
         let what = |column: &str| format!("runs.{column} of run {}", self.id);
-        let operation = match self.operation.as_str() {
-            "apply" => Operation::Apply,
-            "delete" => Operation::Delete,
-            _ => {
-                return Err(Error::UnknownValue {
-                    what: "run operation",
-                    value: self.operation,
-                });
-            }
+        let Some(operation) = Operation::parse(&self.operation) else {
+            return Err(Error::UnknownValue {
+                what: "run operation",
+                value: self.operation,
+            });
         };
         let outcome = match self.outcome.as_deref() {
             None => None,
@@ -162,6 +191,7 @@ impl RunRow {
             counts: counts.into(),
             changes: changes.into_iter().map(Into::into).collect(),
             error: self.error,
+            note: self.note,
         })
     }
 }
@@ -176,9 +206,72 @@ impl RunEndRow {
             counts: encode("run counts", &StoredCounts::from(&end.counts))?,
             changes: encode("run changes", &changes)?,
             error: end.error.clone(),
+            note: end.note.clone(),
         })
     }
 }
+
+/// A row of `leases`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct LeaseRow {
+    pub deployment: String,
+    pub owner: String,
+    pub operation: String,
+    pub token: String,
+    pub since: i64,
+    pub expires: i64,
+}
+
+impl LeaseRow {
+    /// The lease as shown to anyone but its holder: without the token, which only the holder
+    /// may know (it could otherwise release or renew a lease that is not its own).
+    pub fn public(self) -> Lease {
+        Lease {
+            token: String::new(),
+            ..Lease::from(self)
+        }
+    }
+}
+
+impl From<LeaseRow> for Lease {
+    fn from(row: LeaseRow) -> Self {
+        Lease {
+            deployment: row.deployment,
+            owner: row.owner,
+            operation: row.operation,
+            since: row.since,
+            expires: row.expires,
+            token: row.token,
+        }
+    }
+}
+
+// Column lists shared by the backends' queries; macros rather than consts so `concat!` can
+// build the `&'static str` queries sqlx requires.
+
+/// The columns of [`LeaseRow`], for `SELECT` and `RETURNING`.
+macro_rules! lease_columns {
+    () => {
+        "deployment, owner, operation, token, since, expires"
+    };
+}
+
+/// The columns of [`ResourceRow`].
+macro_rules! resource_columns {
+    () => {
+        "deployment, step_id, type_name, external_id, desired, actual, depends_on, managed, pending, sensitive, \
+         updated_at"
+    };
+}
+
+/// The columns of [`RunRow`].
+macro_rules! run_columns {
+    () => {
+        "id, deployment, workflow, operation, actor, started_at, finished_at, outcome, counts, changes, error, note"
+    };
+}
+
+pub(crate) use {lease_columns, resource_columns, run_columns};
 
 /// `deployments` joined with its resource count, for `list`.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -186,6 +279,28 @@ pub(crate) struct DeploymentSummaryRow {
     pub name: String,
     pub workflow: Option<String>,
     pub resources: i64,
+}
+
+/// The lines of `list`: deployments (sorted) with their last run and unexpired lease.
+pub(crate) fn summaries(
+    deployments: Vec<DeploymentSummaryRow>,
+    last_runs: Vec<RunRow>,
+    leases: Vec<LeaseRow>,
+) -> Result<Vec<DeploymentSummary>, Error> {
+    let mut last_runs: HashMap<String, RunRow> = last_runs.into_iter().map(|r| (r.deployment.clone(), r)).collect();
+    let mut leases: HashMap<String, LeaseRow> = leases.into_iter().map(|l| (l.deployment.clone(), l)).collect();
+    deployments
+        .into_iter()
+        .map(|d| {
+            Ok(DeploymentSummary {
+                last_run: last_runs.remove(&d.name).map(RunRow::into_record).transpose()?,
+                lease: leases.remove(&d.name).map(LeaseRow::public),
+                name: d.name,
+                workflow: d.workflow,
+                resources: usize::try_from(d.resources).unwrap_or(usize::MAX),
+            })
+        })
+        .collect()
 }
 
 /// The stored form of [`ChangeCounts`]. Missing fields read as zero, so counts added later

@@ -4,6 +4,10 @@
 //! background task that commits everything queued at once (group commit, see [`writer`]);
 //! reads use a small pool and run in read transactions, so each sees one consistent snapshot.
 //! WAL mode lets the readers and the writer run side by side.
+//!
+//! Leases are rows of `leases`, taken and renewed through the writer with conditional upserts
+//! under SQLite's write lock, so two processes on one file agree on who holds one. Their times
+//! are this machine's clock: every process sharing a file runs on the same machine.
 
 mod writer;
 
@@ -12,15 +16,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lyra_core::state::{
-    DeploymentState, DeploymentSummary, ResourceRecord, RunEnd, RunId, RunRecord, RunStart, StateStore, StoreError,
+    DeploymentExport, DeploymentState, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, ResourceRecord, RunEnd,
+    RunId, RunRecord, RunStart, StateStore, StoreError,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection};
 
 use crate::error::{Error, SQLITE_NOTADB, sqlite_primary_code};
-use crate::rows::{DeploymentSummaryRow, ResourceRow, RunEndRow, RunRow, now_ms};
+use crate::rows::{
+    DeploymentSummaryRow, LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms, resource_columns,
+    run_columns,
+};
 
-use self::writer::{Op, Writer};
+use self::writer::{Done, ImportRows, Op, Writer};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -220,12 +228,18 @@ async fn migrate(path: &Path, conn: &mut SqliteConnection) -> Result<(), Error> 
 #[async_trait]
 impl StateStore for SqliteStore {
     async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
-        Ok(self.load_inner(deployment).await?)
+        let mut tx = self.reads.begin().await.map_err(Error::from)?;
+        let state = load_in(&mut tx, deployment).await?;
+        tx.commit().await.map_err(Error::from)?;
+        Ok(state)
     }
 
     async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
         let row = RunRow::started(run, now_ms())?;
-        Ok(self.writer.submit(Op::BeginRun(row)).await?)
+        match self.writer.submit(Op::BeginRun(row)).await? {
+            Done::Run(id) => Ok(id),
+            other => unreachable!("begin_run answered {other:?}"),
+        }
     }
 
     async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
@@ -255,41 +269,169 @@ impl StateStore for SqliteStore {
     }
 
     async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError> {
-        Ok(self.history_inner(deployment).await?)
+        let rows: Vec<RunRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE deployment = ?1 ORDER BY id DESC"
+        ))
+        .bind(deployment)
+        .fetch_all(&self.reads)
+        .await
+        .map_err(Error::from)?;
+        Ok(rows.into_iter().map(RunRow::into_record).collect::<Result<_, _>>()?)
+    }
+
+    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
+        let op = Op::AcquireLease {
+            lease: LeaseRow {
+                deployment: request.deployment.clone(),
+                owner: request.owner.clone(),
+                operation: request.operation.clone(),
+                token: request.token.clone(),
+                since: 0,
+                expires: 0,
+            },
+            ttl_ms: request.ttl_ms,
+        };
+        match self.writer.submit(op).await? {
+            Done::Grant { acquired: true, lease } => Ok(LeaseGrant::Acquired(lease.into())),
+            Done::Grant { acquired: false, lease } => Ok(LeaseGrant::Held(lease.public())),
+            other => unreachable!("acquire_lease answered {other:?}"),
+        }
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError> {
+        let op = Op::RenewLease {
+            deployment: lease.deployment.clone(),
+            token: lease.token.clone(),
+            ttl_ms,
+        };
+        match self.writer.submit(op).await? {
+            Done::Lease(lease) => Ok(lease.map(Lease::from)),
+            other => unreachable!("renew_lease answered {other:?}"),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        let op = Op::ReleaseLease {
+            deployment: lease.deployment.clone(),
+            token: lease.token.clone(),
+        };
+        self.writer.submit(op).await?;
+        Ok(())
+    }
+
+    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let row: Option<LeaseRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM leases WHERE deployment = ?1 AND expires > ?2"
+        ))
+        .bind(deployment)
+        .bind(now_ms())
+        .fetch_optional(&self.reads)
+        .await
+        .map_err(Error::from)?;
+        Ok(row.map(LeaseRow::public))
+    }
+
+    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let op = Op::BreakLease {
+            deployment: deployment.to_owned(),
+        };
+        match self.writer.submit(op).await? {
+            Done::Lease(lease) => Ok(lease.map(Lease::from)),
+            other => unreachable!("break_lease answered {other:?}"),
+        }
+    }
+
+    async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError> {
+        // One read transaction: the resources and the history come from the same snapshot.
+        let mut tx = self.reads.begin().await.map_err(Error::from)?;
+        let Some(state) = load_in(&mut tx, deployment).await? else {
+            return Ok(None);
+        };
+        let rows: Vec<RunRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE deployment = ?1 ORDER BY id"
+        ))
+        .bind(deployment)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(Error::from)?;
+        tx.commit().await.map_err(Error::from)?;
+        let history = rows.into_iter().map(RunRow::into_record).collect::<Result<_, _>>()?;
+        Ok(Some(DeploymentExport { state, history }))
+    }
+
+    async fn import(&self, export: &DeploymentExport) -> Result<(), StoreError> {
+        let op = Op::Import(Box::new(ImportRows::new(export, now_ms())?));
+        self.writer.submit(op).await?;
+        Ok(())
+    }
+
+    async fn drop_deployment(&self, deployment: &str) -> Result<bool, StoreError> {
+        let op = Op::Drop {
+            deployment: deployment.to_owned(),
+        };
+        match self.writer.submit(op).await? {
+            Done::Existed(existed) => Ok(existed),
+            other => unreachable!("drop_deployment answered {other:?}"),
+        }
+    }
+}
+
+/// A deployment and its resources, read in the caller's transaction.
+async fn load_in(conn: &mut SqliteConnection, deployment: &str) -> Result<Option<DeploymentState>, Error> {
+    let workflow: Option<Option<String>> = sqlx::query_scalar("SELECT workflow FROM deployments WHERE name = ?1")
+        .bind(deployment)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(workflow) = workflow else {
+        return Ok(None);
+    };
+    let rows: Vec<ResourceRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        resource_columns!(),
+        " FROM resources WHERE deployment = ?1 ORDER BY step_id"
+    ))
+    .bind(deployment)
+    .fetch_all(&mut *conn)
+    .await?;
+    let resources = rows
+        .into_iter()
+        .map(ResourceRow::into_record)
+        .collect::<Result<_, _>>()?;
+    Ok(Some(DeploymentState {
+        name: deployment.to_owned(),
+        workflow,
+        resources,
+    }))
+}
+
+impl ImportRows {
+    fn new(export: &DeploymentExport, now: i64) -> Result<ImportRows, Error> {
+        let deployment = &export.state.name;
+        Ok(ImportRows {
+            deployment: deployment.clone(),
+            workflow: export.state.workflow.clone(),
+            resources: export
+                .state
+                .resources
+                .iter()
+                .map(|r| ResourceRow::new(deployment, r, now))
+                .collect::<Result<_, _>>()?,
+            runs: export
+                .history
+                .iter()
+                .map(|r| RunRow::imported(r, deployment))
+                .collect::<Result<_, _>>()?,
+        })
     }
 }
 
 impl SqliteStore {
-    async fn load_inner(&self, deployment: &str) -> Result<Option<DeploymentState>, Error> {
-        // One read transaction: the deployment and its resources come from the same snapshot.
-        let mut tx = self.reads.begin().await?;
-        let workflow: Option<Option<String>> = sqlx::query_scalar("SELECT workflow FROM deployments WHERE name = ?1")
-            .bind(deployment)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(workflow) = workflow else {
-            return Ok(None);
-        };
-        let rows: Vec<ResourceRow> = sqlx::query_as(
-            "SELECT deployment, step_id, type_name, external_id, desired, actual, depends_on, \
-                    managed, updated_at \
-             FROM resources WHERE deployment = ?1 ORDER BY step_id",
-        )
-        .bind(deployment)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        let resources = rows
-            .into_iter()
-            .map(ResourceRow::into_record)
-            .collect::<Result<_, _>>()?;
-        Ok(Some(DeploymentState {
-            name: deployment.to_owned(),
-            workflow,
-            resources,
-        }))
-    }
-
     async fn list_inner(&self) -> Result<Vec<DeploymentSummary>, Error> {
         let mut tx = self.reads.begin().await?;
         let deployments: Vec<DeploymentSummaryRow> = sqlx::query_as(
@@ -299,40 +441,20 @@ impl SqliteStore {
         )
         .fetch_all(&mut *tx)
         .await?;
-        let last_runs: Vec<RunRow> = sqlx::query_as(
-            "SELECT id, deployment, workflow, operation, actor, started_at, finished_at, outcome, \
-                    counts, changes, error \
-             FROM runs WHERE id IN (SELECT MAX(id) FROM runs GROUP BY deployment)",
-        )
+        let last_runs: Vec<RunRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id IN (SELECT MAX(id) FROM runs GROUP BY deployment)"
+        ))
         .fetch_all(&mut *tx)
         .await?;
+        let leases: Vec<LeaseRow> =
+            sqlx::query_as(concat!("SELECT ", lease_columns!(), " FROM leases WHERE expires > ?1"))
+                .bind(now_ms())
+                .fetch_all(&mut *tx)
+                .await?;
         tx.commit().await?;
-
-        let mut last_runs: std::collections::HashMap<String, RunRow> =
-            last_runs.into_iter().map(|r| (r.deployment.clone(), r)).collect();
-        deployments
-            .into_iter()
-            .map(|d| {
-                Ok(DeploymentSummary {
-                    last_run: last_runs.remove(&d.name).map(RunRow::into_record).transpose()?,
-                    name: d.name,
-                    workflow: d.workflow,
-                    resources: usize::try_from(d.resources).unwrap_or(usize::MAX),
-                })
-            })
-            .collect()
-    }
-
-    async fn history_inner(&self, deployment: &str) -> Result<Vec<RunRecord>, Error> {
-        let rows: Vec<RunRow> = sqlx::query_as(
-            "SELECT id, deployment, workflow, operation, actor, started_at, finished_at, outcome, \
-                    counts, changes, error \
-             FROM runs WHERE deployment = ?1 ORDER BY id DESC",
-        )
-        .bind(deployment)
-        .fetch_all(&self.reads)
-        .await?;
-        rows.into_iter().map(RunRow::into_record).collect()
+        crate::rows::summaries(deployments, last_runs, leases)
     }
 }
 

@@ -7,8 +7,16 @@ use crate::sqlite::{SqliteOptions, Synchronous};
 
 #[derive(Debug, PartialEq)]
 pub(crate) enum StoreUrl {
-    Sqlite { path: PathBuf, options: SqliteOptions },
-    Postgres,
+    Sqlite {
+        path: PathBuf,
+        options: SqliteOptions,
+    },
+    Postgres {
+        /// The URL without Lyra's own parameters, for sqlx.
+        url: String,
+        /// `schema=NAME`: the schema the store's tables live in.
+        schema: Option<String>,
+    },
 }
 
 impl StoreUrl {
@@ -18,7 +26,7 @@ impl StoreUrl {
             reason: reason.to_owned(),
         };
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(StoreUrl::Postgres);
+            return parse_postgres(url);
         }
         let rest = if let Some(rest) = url.strip_prefix("sqlite://") {
             rest
@@ -69,6 +77,77 @@ impl StoreUrl {
             options,
         })
     }
+}
+
+/// Splits Lyra's `schema=` parameter off a Postgres URL; the rest is sqlx's business.
+fn parse_postgres(url: &str) -> Result<StoreUrl, Error> {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, query),
+        None => (url, ""),
+    };
+    let mut schema = None;
+    let mut rest = Vec::new();
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        match param.split_once('=') {
+            Some(("schema", name)) => {
+                if !is_schema_name(name) {
+                    return Err(Error::InvalidUrl {
+                        url: redact(url),
+                        reason: format!(
+                            "schema {name:?} must be 1 to 63 lowercase letters, digits or '_', \
+                             not starting with a digit"
+                        ),
+                    });
+                }
+                schema = Some(name.to_owned());
+            }
+            _ => rest.push(param),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok(StoreUrl::Postgres { url, schema })
+}
+
+/// A name that needs no quoting, so it means the same in `CREATE SCHEMA` and `search_path`
+/// (Postgres folds unquoted names to lower case; we refuse upper case rather than guess).
+pub(crate) fn is_schema_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with("pg_")
+}
+
+/// `url` with any password replaced by `***`, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let mut out = url.to_owned();
+    // `scheme://user:password@host/...`
+    if let Some(start) = url.find("://").map(|i| i + 3) {
+        let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+        let authority = &url[start..authority_end];
+        if let Some(at) = authority.rfind('@')
+            && let Some(colon) = authority[..at].find(':')
+        {
+            out = format!("{}***{}", &url[..start + colon + 1], &url[start + at..]);
+        }
+    }
+    // `?password=...`
+    if let Some((base, query)) = out.split_once('?') {
+        let query: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => p.to_owned(),
+            })
+            .collect();
+        out = format!("{base}?{}", query.join("&"));
+    }
+    out
 }
 
 /// Whether `s` starts with a URL scheme (`name:`, two characters or more so that a Windows
@@ -125,10 +204,50 @@ mod tests {
         ));
     }
 
+    fn postgres(url: &str) -> (String, Option<String>) {
+        match StoreUrl::parse(url) {
+            Ok(StoreUrl::Postgres { url, schema }) => (url, schema),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn postgres_forms() {
+        assert_eq!(postgres("postgres://u@h/db"), ("postgres://u@h/db".to_owned(), None));
+        assert_eq!(postgres("postgresql://h/db"), ("postgresql://h/db".to_owned(), None));
+        assert_eq!(
+            postgres("postgres://h/db?schema=lyra_1"),
+            ("postgres://h/db".to_owned(), Some("lyra_1".to_owned()))
+        );
+        assert_eq!(
+            postgres("postgres://h/db?sslmode=disable&schema=s&application_name=x"),
+            (
+                "postgres://h/db?sslmode=disable&application_name=x".to_owned(),
+                Some("s".to_owned())
+            )
+        );
+        for bad in ["Upper", "1abc", "a-b", "a;drop", "", "pg_catalog", "a b"] {
+            let url = format!("postgres://u:hunter2@h/db?schema={bad}");
+            let err = StoreUrl::parse(&url).expect_err(bad);
+            let message = err.to_string();
+            assert!(!message.contains("hunter2"), "{message}");
+            assert!(message.contains("schema"), "{message}");
+        }
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("postgres://u:pw@h:5/db?x=1"), "postgres://u:***@h:5/db?x=1");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact("postgres://h/db?user=u&password=pw&schema=s"),
+            "postgres://h/db?user=u&password=***&schema=s"
+        );
+    }
+
     #[test]
     fn other_schemes() {
-        assert_eq!(StoreUrl::parse("postgres://u@h/db").unwrap(), StoreUrl::Postgres);
-        assert_eq!(StoreUrl::parse("postgresql://h/db").unwrap(), StoreUrl::Postgres);
         for url in [
             "mysql://h/db",
             "http://x",

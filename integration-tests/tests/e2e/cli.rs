@@ -126,7 +126,7 @@ fn state_list_show_and_history() {
         .find(|d| d["deployment"] == "pair")
         .unwrap_or_else(|| panic!("{list:#}"));
     assert_eq!(pair["workflow"], "pair");
-    assert_eq!(pair["resources"], 2);
+    assert_eq!(pair["resource_count"], 2);
     assert_eq!(pair["last_run"]["outcome"], "succeeded");
     assert!(entries.iter().any(|d| d["deployment"] == "other"), "{list:#}");
     let text = lyra.ok(&["state", "list"]).stdout;

@@ -7,14 +7,17 @@ use std::time::Duration;
 
 use integration_tests::{Lyra, count, sleeps_workflow, steps, wait_until};
 
-/// How many resources the state records for `deployment` right now; `None` while it cannot be
-/// read (a concurrent writer may hold it briefly).
+/// How many resources the state records as made for `deployment` right now (not counting
+/// creates in flight, recorded as pending); `None` while it cannot be read (a concurrent
+/// writer may hold it briefly).
 fn recorded(lyra: &Lyra, deployment: &str) -> Option<usize> {
     let run = lyra.run(&["state", "show", deployment, "-o", "json"]);
     if run.code != Some(0) {
         return None;
     }
-    run.json()["resources"].as_array().map(Vec::len)
+    run.json()["resources"]
+        .as_array()
+        .map(|rs| rs.iter().filter(|r| r["pending"] != true).count())
 }
 
 /// Waits until the running apply has recorded at least `n` resources.
@@ -41,7 +44,20 @@ fn sigkill_mid_apply_loses_nothing() {
     // The state file exists before the poller and the apply open it at once (see
     // sharing::concurrent_first_use_of_a_state_file).
     lyra.ok(&["state", "list"]);
-    let mut child = lyra.spawn("apply", &["apply", "crash", "--concurrency", "20", "-o", "json"]);
+    // A short lease, so the resumed apply need not wait long for the dead one's to lapse.
+    let mut child = lyra.spawn(
+        "apply",
+        &[
+            "apply",
+            "crash",
+            "--concurrency",
+            "20",
+            "--lease-ttl",
+            "1s",
+            "-o",
+            "json",
+        ],
+    );
     wait_for_progress(&lyra, &mut child, "crash", 20);
     child.kill().expect("SIGKILL the apply");
     let status = child.wait().expect("wait");
@@ -62,7 +78,7 @@ fn sigkill_mid_apply_loses_nothing() {
         "a killed run has no outcome: {history:?}"
     );
 
-    let resumed = lyra.ok_json(&["apply", "crash", "--concurrency", "20"]);
+    let resumed = lyra.ok_json(&["apply", "crash", "--concurrency", "20", "--lock-timeout", "30s"]);
     assert_eq!(resumed["outcome"], "succeeded", "{resumed:#}");
     assert_eq!(
         count(&resumed, "unchanged") as usize,

@@ -9,8 +9,23 @@
 //! Ids are `i-<n>`, `ws-<n>` and `lb-<n>` with a random non-negative 63-bit `n` of at least 8
 //! digits; instances get addresses `10.0.0.<k>` from a counter that starts at 1 in each process,
 //! as the original's did.
+//!
+//! Creates are idempotent per [`OpContext::idempotency_key`]: the keys live in a file beside the
+//! Foobernetes file, `<file>.lyra-keys` (see the private `keys` module), so that the original's
+//! format stays untouched. A `create` for a key that already has its resource returns that
+//! resource as it is, even if `desired` now differs: the engine compares the returned actual
+//! state with what it wants and updates afterwards, as for any resource it reads.
+//!
+//! Several `lyra` processes may share the file (the CLI and the controller applying different
+//! deployments, say): each change takes an OS advisory lock on a third file beside it,
+//! `<file>.lock` (`deployment.json.lock` by default), for its whole read-modify-write, so no
+//! process overwrites another's update. The lock file holds no data and is created on first
+//! use; it is safe to delete while no `lyra` uses the cloud, but not while one does (a process
+//! would lock the deleted file while another locks a new one). Other programs editing
+//! `deployment.json` by hand do not take the lock.
 
 mod gojson;
+mod keys;
 mod model;
 mod store;
 #[cfg(test)]
@@ -19,7 +34,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use lyra_core::provider::{Created, OpContext, Provider, ProviderError};
+use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema, type_key};
 use lyra_core::types::Type;
 use lyra_core::value::Map;
@@ -65,6 +80,16 @@ impl FoobernetesProvider {
         self.store.path()
     }
 
+    /// The file beside [`Self::file`] mapping idempotency keys to the ids made for them.
+    pub fn keys_file(&self) -> PathBuf {
+        keys::path_for(self.store.path())
+    }
+
+    /// The file beside [`Self::file`] that `lyra` processes lock to take turns changing it.
+    pub fn lock_file(&self) -> PathBuf {
+        store::lock_path_for(self.store.path())
+    }
+
     fn kind(&self, type_name: &str) -> Result<(Kind, &ResourceSchema), ProviderError> {
         let key = type_key(type_name);
         [
@@ -77,22 +102,68 @@ impl FoobernetesProvider {
         .ok_or_else(|| ProviderError::Other(format!("Foobernetes does not manage resources of type {type_name}")))
     }
 
-    async fn create_as<R: Resource>(&self, desired: &Map, schema: &ResourceSchema) -> Result<Created, ProviderError> {
+    async fn create_as<R: Resource>(
+        &self,
+        key: String,
+        desired: &Map,
+        schema: &ResourceSchema,
+    ) -> Result<Created, ProviderError> {
         let mut entry = R::from_desired(desired, schema)?;
         self.store
-            .modify(move |deployment, session| {
-                let table = R::table_mut(deployment);
-                let external_id = loop {
-                    let id = new_id(R::PREFIX);
-                    if !table.contains_key(&id) {
-                        break id;
-                    }
+            .modify(move |cloud, session| {
+                let known = cloud.keys.get(&key).map(str::to_owned);
+                let table = R::table_mut(&mut cloud.deployment);
+                if let Some(id) = &known
+                    && let Some(stored) = table.get(id)
+                {
+                    let actual = to_actual(stored)?;
+                    return Ok((
+                        Created {
+                            external_id: id.clone(),
+                            actual,
+                        },
+                        false,
+                    ));
+                }
+                // A key naming an id missing here is what a crash (or a failed write) between
+                // the index write and the deployment write leaves: the create is finished under
+                // that id, so the key stays as written and a retry is the very same create. The
+                // prefix is checked because the step's type may have changed since.
+                let external_id = match known {
+                    Some(id) if is_id_of::<R>(&id) => id,
+                    _ => loop {
+                        let id = new_id(R::PREFIX);
+                        if !table.contains_key(&id) && !cloud.keys.names(&id) {
+                            break id;
+                        }
+                    },
                 };
                 entry.set_id(external_id.clone());
                 entry.on_create(session);
                 let actual = to_actual(&entry)?;
                 table.insert(external_id.clone(), entry);
+                cloud.keys.insert(key, external_id.clone());
                 Ok((Created { external_id, actual }, true))
+            })
+            .await
+    }
+
+    async fn lookup_as<R: Resource>(&self, key: String) -> Result<Lookup, ProviderError> {
+        // Under the lock, so that the index and the deployment are read as one.
+        self.store
+            .view(move |cloud| {
+                let found = cloud
+                    .keys
+                    .get(&key)
+                    .and_then(|id| Some((id, R::table(&cloud.deployment).get(id)?)));
+                let lookup = match found {
+                    Some((id, stored)) => Lookup::Found(Created {
+                        external_id: id.to_owned(),
+                        actual: to_actual(stored)?,
+                    }),
+                    None => Lookup::Absent,
+                };
+                Ok(lookup)
             })
             .await
     }
@@ -112,8 +183,8 @@ impl FoobernetesProvider {
         let mut entry = R::from_desired(desired, schema)?;
         let (type_name, external_id) = (type_name.to_owned(), external_id.to_owned());
         self.store
-            .modify(move |deployment, _| {
-                let table = R::table_mut(deployment);
+            .modify(move |cloud, _| {
+                let table = R::table_mut(&mut cloud.deployment);
                 let Some(stored) = table.get(&external_id) else {
                     return Err(ProviderError::NotFound { type_name, external_id });
                 };
@@ -129,7 +200,12 @@ impl FoobernetesProvider {
     async fn delete_as<R: Resource>(&self, external_id: &str) -> Result<(), ProviderError> {
         let external_id = external_id.to_owned();
         self.store
-            .modify(move |deployment, _| Ok(((), R::table_mut(deployment).remove(&external_id).is_some())))
+            .modify(move |cloud, _| {
+                let removed = R::table_mut(&mut cloud.deployment).remove(&external_id).is_some();
+                // Also when the resource was already gone: its key would otherwise dangle.
+                cloud.keys.forget_id(&external_id);
+                Ok(((), removed))
+            })
             .await
     }
 }
@@ -145,10 +221,20 @@ impl Provider for FoobernetesProvider {
     }
 
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
+        let key = cx.idempotency_key();
         match self.kind(cx.type_name)? {
-            (Kind::Instance, s) => self.create_as::<Instance>(desired, s).await,
-            (Kind::WebServer, s) => self.create_as::<WebServer>(desired, s).await,
-            (Kind::LoadBalancer, s) => self.create_as::<LoadBalancer>(desired, s).await,
+            (Kind::Instance, s) => self.create_as::<Instance>(key, desired, s).await,
+            (Kind::WebServer, s) => self.create_as::<WebServer>(key, desired, s).await,
+            (Kind::LoadBalancer, s) => self.create_as::<LoadBalancer>(key, desired, s).await,
+        }
+    }
+
+    async fn lookup(&self, cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+        let key = cx.idempotency_key();
+        match self.kind(cx.type_name)?.0 {
+            Kind::Instance => self.lookup_as::<Instance>(key).await,
+            Kind::WebServer => self.lookup_as::<WebServer>(key).await,
+            Kind::LoadBalancer => self.lookup_as::<LoadBalancer>(key).await,
         }
     }
 
@@ -194,6 +280,13 @@ impl Provider for FoobernetesProvider {
 fn new_id(prefix: &str) -> String {
     let n: u64 = rand::rng().random_range(10_000_000..=i64::MAX as u64);
     format!("{prefix}-{n}")
+}
+
+/// Whether `id` has the shape of `R`'s ids, `prefix-<digits>`.
+fn is_id_of<R: Resource>(id: &str) -> bool {
+    id.strip_prefix(R::PREFIX)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn optional_string() -> Type {

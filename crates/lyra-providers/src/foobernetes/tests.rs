@@ -1,7 +1,7 @@
 //! Tests of the Foobernetes provider against real files in temporary directories, including the
 //! original's smoke test on its file format.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,8 +10,7 @@ use serde_json::json;
 
 use super::*;
 
-use crate::test_support::cx;
-use crate::test_support::map;
+use crate::test_support::{cx, cx_at, map};
 
 fn provider(dir: &tempfile::TempDir) -> FoobernetesProvider {
     FoobernetesProvider::new(dir.path().join("deployment.json"))
@@ -132,10 +131,13 @@ async fn foobernetes_workflow_matches_the_original_file() {
     let written = file_text(&p);
     assert_eq!(smoke_filter(&written), smoke_filter(&expected), "file:\n{written}");
 
+    // The keys went beside the file, which stays the original's.
+    assert_eq!(keys_of(&p).len(), made.len());
     for (type_name, id) in made {
         p.delete(&cx(type_name), &id, &Map::new()).await.unwrap();
     }
     assert_eq!(std::fs::read(p.file()).unwrap(), expected_empty);
+    assert_eq!(keys_of(&p), BTreeMap::new());
 }
 
 /// The Go format byte for byte: the original's files, loaded and saved again, are unchanged.
@@ -380,12 +382,130 @@ async fn concurrent_creates_lose_no_update() {
 
     let deployment = store::load(p.file()).unwrap();
     assert_eq!(deployment.instances.keys().cloned().collect::<HashSet<_>>(), ids);
+    // One key per create, each naming its own resource.
+    let keys = keys_of(&p);
+    assert_eq!(keys.len(), 50);
+    assert_eq!(keys.values().cloned().collect::<HashSet<_>>(), ids);
     // Every save renamed its temporary file away.
-    let names: Vec<_> = std::fs::read_dir(dir.path())
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(names, ["deployment.json"]);
+    names.sort();
+    assert_eq!(
+        names,
+        ["deployment.json", "deployment.json.lock", "deployment.json.lyra-keys"]
+    );
+}
+
+/// Creates `n` instances for steps `<prefix>/<i>`, each through its own task, and returns their ids.
+async fn create_many(p: Arc<FoobernetesProvider>, prefix: &str, n: usize) -> HashSet<String> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let p = Arc::clone(&p);
+            let step = String::leak(format!("{prefix}/{i}"));
+            tokio::spawn(async move {
+                let desired = map(json!({"image": "img", "cpus": 1}));
+                p.create(&cx_at(INSTANCE, step), &desired).await.unwrap().external_id
+            })
+        })
+        .collect();
+    let mut ids = HashSet::new();
+    for task in tasks {
+        ids.insert(task.await.unwrap());
+    }
+    ids
+}
+
+/// Asserts that the file beside `p` holds exactly `ids`, each with its key.
+fn assert_cloud_holds(p: &FoobernetesProvider, ids: &HashSet<String>) {
+    let deployment = store::load(p.file()).unwrap();
+    let stored: HashSet<String> = deployment.instances.keys().cloned().collect();
+    let lost = ids.difference(&stored).count();
+    assert_eq!(lost, 0, "{lost} of {} resources lost", ids.len());
+    assert_eq!(&stored, ids);
+    let keys = keys_of(p);
+    assert_eq!(keys.values().cloned().collect::<HashSet<_>>(), *ids);
+}
+
+/// Two providers on one file, as two processes would have: their in-process locks are distinct,
+/// so only the OS lock (one open file description each, like two processes) keeps them apart.
+#[test]
+fn providers_sharing_a_file_lose_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("deployment.json");
+    let runs: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|prefix| {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(create_many(Arc::new(FoobernetesProvider::new(file)), prefix, 100))
+            })
+        })
+        .collect();
+    let mut ids = HashSet::new();
+    for run in runs {
+        ids.extend(run.join().unwrap());
+    }
+    assert_eq!(ids.len(), 200);
+    assert_cloud_holds(&FoobernetesProvider::new(file), &ids);
+}
+
+const CHILD_FILE: &str = "LYRA_TEST_FOOBERNETES_CHILD_FILE";
+
+/// The second process of [`processes_sharing_a_file_lose_no_update`]; does nothing on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by processes_sharing_a_file_lose_no_update in a process of its own"]
+async fn child_process_creating_instances() {
+    let Some(file) = std::env::var_os(CHILD_FILE).map(PathBuf::from) else {
+        return;
+    };
+    // Tells the parent to start, so that the two really overlap.
+    std::fs::write(file.with_file_name("child-ready"), "").unwrap();
+    let ids = create_many(Arc::new(FoobernetesProvider::new(&file)), "child", 100).await;
+    let mut ids: Vec<_> = ids.into_iter().collect();
+    ids.sort();
+    std::fs::write(file.with_file_name("child-ids"), ids.join("\n")).unwrap();
+}
+
+/// Two real processes, this test and a copy of the test binary running the test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_sharing_a_file_lose_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("deployment.json");
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "foobernetes::tests::child_process_creating_instances",
+            "--exact",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(CHILD_FILE, &file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = dir.path().join("child-ready");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ready.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let mut ids = create_many(Arc::new(provider(&dir)), "parent", 100).await;
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.status.success(), "child: {out:?}");
+    let child_ids = std::fs::read_to_string(dir.path().join("child-ids"))
+        .unwrap_or_else(|e| panic!("the child ran no test ({e}): {out:?}"));
+    ids.extend(child_ids.lines().map(str::to_owned));
+    assert_eq!(ids.len(), 200);
+    assert_cloud_holds(&provider(&dir), &ids);
 }
 
 #[test]
@@ -420,4 +540,190 @@ fn schemas_mark_provided_and_immutable_attributes() {
         find(WEB_SERVER).attribute("appServers").unwrap().ty.to_string(),
         "Array[String]"
     );
+}
+
+fn keys_of(p: &FoobernetesProvider) -> BTreeMap<String, String> {
+    store::load_keys(&p.keys_file()).unwrap().as_map().clone()
+}
+
+fn found(lookup: Lookup) -> Created {
+    match lookup {
+        Lookup::Found(created) => created,
+        other => panic!("expected a resource, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_key_file_sits_beside_the_foobernetes_file() {
+    assert_eq!(
+        FoobernetesProvider::new("/x/deployment.json").keys_file(),
+        Path::new("/x/deployment.json.lyra-keys")
+    );
+    assert_eq!(
+        FoobernetesProvider::new("cloud").keys_file(),
+        Path::new("cloud.lyra-keys")
+    );
+}
+
+#[test]
+fn the_lock_file_sits_beside_the_foobernetes_file() {
+    assert_eq!(
+        FoobernetesProvider::new("/x/deployment.json").lock_file(),
+        Path::new("/x/deployment.json.lock")
+    );
+}
+
+#[tokio::test]
+async fn a_second_create_for_a_key_returns_the_first_resource() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(&dir);
+    let cx = cx_at(INSTANCE, "db");
+    assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+
+    let desired = map(json!({"image": "db", "cpus": 4}));
+    let first = p.create(&cx, &desired).await.unwrap();
+    let file = file_text(&p);
+    let again = p.create(&cx, &desired).await.unwrap();
+    assert_eq!(again.external_id, first.external_id);
+    assert_eq!(again.actual, first.actual);
+    // Not even rewritten, and the address counter was not used up.
+    assert_eq!(file_text(&p), file);
+    assert_eq!(store::load(p.file()).unwrap().instances.len(), 1);
+
+    // A changed desired state still gets the existing resource, as it is: the engine
+    // sees the difference and updates it.
+    let changed = p.create(&cx, &map(json!({"image": "db2", "cpus": 8}))).await.unwrap();
+    assert_eq!(changed.external_id, first.external_id);
+    assert_eq!(changed.actual, first.actual);
+
+    let looked_up = found(p.lookup(&cx).await.unwrap());
+    assert_eq!(looked_up.external_id, first.external_id);
+    assert_eq!(looked_up.actual, first.actual);
+    assert_eq!(keys_of(&p), BTreeMap::from([("test/db".to_owned(), first.external_id)]));
+    // The key is the step's, not the type's: another kind of resource finds nothing under it.
+    assert!(matches!(
+        p.lookup(&cx_at(WEB_SERVER, "db")).await.unwrap(),
+        Lookup::Absent
+    ));
+}
+
+#[tokio::test]
+async fn different_keys_make_different_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(&dir);
+    let a = p.create(&cx_at(WEB_SERVER, "a"), &Map::new()).await.unwrap();
+    let b = p.create(&cx_at(WEB_SERVER, "b"), &Map::new()).await.unwrap();
+    let other = OpContext {
+        deployment: "other",
+        ..cx_at(WEB_SERVER, "a")
+    };
+    let c = p.create(&other, &Map::new()).await.unwrap();
+    let ids: HashSet<_> = [&a, &b, &c].map(|c| c.external_id.clone()).into();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(store::load(p.file()).unwrap().web_servers.len(), 3);
+    assert_eq!(found(p.lookup(&other).await.unwrap()).external_id, c.external_id);
+    assert_eq!(
+        keys_of(&p),
+        BTreeMap::from([
+            ("other/a".to_owned(), c.external_id),
+            ("test/a".to_owned(), a.external_id),
+            ("test/b".to_owned(), b.external_id),
+        ])
+    );
+}
+
+/// A crash after the key file was written and before `deployment.json` was: the retried create
+/// makes the resource under the id the key names, exactly once.
+#[tokio::test]
+async fn a_create_interrupted_between_the_two_writes_is_finished_under_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(&dir);
+    let existing = p.create(&cx_at(INSTANCE, "other"), &Map::new()).await.unwrap();
+    let deployment_before = file_text(&p);
+    std::fs::write(
+        p.keys_file(),
+        format!(
+            "{{\"test/db\": \"i-123456789\", \"test/other\": \"{}\"}}",
+            existing.external_id
+        ),
+    )
+    .unwrap();
+
+    let cx = cx_at(INSTANCE, "db");
+    // A dangling key is no resource.
+    assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+    assert_eq!(file_text(&p), deployment_before);
+
+    let desired = map(json!({"image": "db"}));
+    let created = p.create(&cx, &desired).await.unwrap();
+    assert_eq!(created.external_id, "i-123456789");
+    assert_eq!(created.actual["instanceID"], "i-123456789");
+    assert_eq!(created.actual["image"], "db");
+    let again = p.create(&cx, &desired).await.unwrap();
+    assert_eq!(again.external_id, "i-123456789");
+    let instances = store::load(p.file()).unwrap().instances;
+    assert_eq!(
+        instances.into_keys().collect::<BTreeSet<_>>(),
+        BTreeSet::from([existing.external_id, "i-123456789".to_owned()])
+    );
+    assert_eq!(found(p.lookup(&cx).await.unwrap()).actual, created.actual);
+    assert_eq!(keys_of(&p).len(), 2);
+}
+
+/// A key left naming an id of another kind (the step's type changed) is not reused for it.
+#[tokio::test]
+async fn a_key_naming_another_kind_of_id_gets_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(&dir);
+    std::fs::write(p.keys_file(), r#"{"test/x": "i-123456789"}"#).unwrap();
+    let created = p.create(&cx_at(WEB_SERVER, "x"), &Map::new()).await.unwrap();
+    digits_of(&created.external_id, "ws");
+    assert_eq!(keys_of(&p)["test/x"], created.external_id);
+}
+
+#[tokio::test]
+async fn delete_drops_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(&dir);
+    let cx = cx_at(LOAD_BALANCER, "lb");
+    let keep = p.create(&cx_at(LOAD_BALANCER, "keep"), &Map::new()).await.unwrap();
+    let first = p.create(&cx, &Map::new()).await.unwrap();
+    p.delete(&cx, &first.external_id, &first.actual).await.unwrap();
+    assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+    assert_eq!(
+        keys_of(&p),
+        BTreeMap::from([("test/keep".to_owned(), keep.external_id.clone())])
+    );
+
+    // Created again after the delete (a replace): a new resource, not the old id revived.
+    let second = p.create(&cx, &Map::new()).await.unwrap();
+    assert_ne!(second.external_id, first.external_id);
+    assert_eq!(found(p.lookup(&cx).await.unwrap()).external_id, second.external_id);
+
+    // A key left dangling by a resource removed behind Lyra's back goes with the delete too.
+    let deployment = store::load(p.file()).unwrap();
+    let mut emptied = deployment.clone();
+    emptied.load_balancers.remove(&second.external_id);
+    store::save(p.file(), &emptied).unwrap();
+    p.delete(&cx, &second.external_id, &second.actual).await.unwrap();
+    assert_eq!(keys_of(&p).len(), 1);
+    // The key file is a sorted, pretty JSON object.
+    assert_eq!(
+        std::fs::read_to_string(p.keys_file()).unwrap(),
+        format!("{{\n  \"test/keep\": \"{}\"\n}}\n", keep.external_id)
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_key_file_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(&dir);
+    std::fs::write(p.keys_file(), "[1, 2]").unwrap();
+    let err = p.create(&cx(INSTANCE), &Map::new()).await.unwrap_err();
+    assert!(err.to_string().contains(&p.keys_file().display().to_string()), "{err}");
+    assert!(p.lookup(&cx(INSTANCE)).await.is_err());
+    assert!(!p.file().exists());
+    // An emptied key file is an empty index, like an emptied cloud.
+    std::fs::write(p.keys_file(), "\n").unwrap();
+    assert!(matches!(p.lookup(&cx(INSTANCE)).await.unwrap(), Lookup::Absent));
 }

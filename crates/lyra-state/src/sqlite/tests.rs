@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lyra_core::state::{StateStore, StoreError, StoreErrorKind};
+use lyra_core::state::{LeaseGrant, StateStore, StoreError, StoreErrorKind};
 use sqlx::{Connection, SqliteConnection};
 use tempfile::TempDir;
 
@@ -31,36 +31,7 @@ impl Fixture {
     }
 }
 
-/// Runs a conformance check on a fresh store, then closes it cleanly.
-macro_rules! conformance {
-    ($($name:ident $(($arg:expr))?;)*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() {
-            let f = Fixture::new().await;
-            c::$name(&f.store $(, $arg)?).await;
-            f.store.close().await.expect("close");
-        }
-    )*};
-}
-
-conformance! {
-    load_unknown_is_none;
-    begin_run_creates_deployment;
-    workflow_follows_applies;
-    resource_round_trip;
-    replace_resource;
-    remove_resource;
-    resources_sorted_by_step_id;
-    deployments_are_isolated;
-    list_sorted_with_counts_and_last_run;
-    history_newest_first;
-    finish_run_records_end;
-    unfinished_run_has_no_outcome;
-    finish_run_misuse_is_rejected;
-    history_survives_resource_removal;
-    concurrent_puts_all_land(1000);
-    concurrent_mixed_writes;
-}
+// The conformance suite runs from `src/tests.rs`, on both backends.
 
 /// Raw access to the file, bypassing the store, for checks and for planting bad data.
 async fn raw(path: &Path) -> SqliteConnection {
@@ -105,15 +76,10 @@ async fn open_url_forms() {
 }
 
 #[tokio::test]
-async fn open_postgres_is_unsupported() {
-    for url in ["postgres://x", "postgresql://u@h/db"] {
-        let err = crate::open(url).await.err().expect("postgres must fail");
-        assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
-        assert_eq!(err.to_string(), "Postgres state is not available yet");
-        assert_eq!(StoreError::from(err).kind, StoreErrorKind::Unavailable);
-    }
+async fn open_rejects_unknown_schemes() {
     let err = crate::open("mysql://x").await.err().expect("mysql must fail");
     assert!(matches!(err, Error::InvalidUrl { .. }), "{err:?}");
+    assert_eq!(StoreError::from(err).kind, StoreErrorKind::Unavailable);
 }
 
 #[tokio::test]
@@ -393,4 +359,152 @@ fn killed_writer_loses_no_acknowledged_write() {
             .expect("put after crash");
         store.close().await.expect("close");
     });
+}
+
+// --- Leases across handles and processes -----------------------------------------------------
+
+/// Two stores on one file (as two CLIs would be) race for one lease: exactly one gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_across_two_handles() {
+    let f = Fixture::new().await;
+    let other = SqliteStore::open(&f.path).await.expect("second open");
+    for round in 0..20 {
+        let deployment = format!("d{round}");
+        let a = c::lease_request(&deployment, "one@host", "token-one", 60_000);
+        let b = c::lease_request(&deployment, "two@host", "token-two", 60_000);
+        let (x, y) = tokio::join!(f.store.acquire_lease(&a), other.acquire_lease(&b));
+        let acquired = [x.expect("acquire"), y.expect("acquire")]
+            .iter()
+            .filter(|g| matches!(g, LeaseGrant::Acquired(_)))
+            .count();
+        assert_eq!(acquired, 1, "round {round}");
+    }
+}
+
+/// Set (to the database path) in the children of [`lease_across_processes`].
+const LEASE_CHILD_ENV: &str = "LYRA_STATE_LEASE_CHILD_DB";
+
+/// The child: tries once for the lease and prints the answer. A no-op in normal test runs.
+#[tokio::test]
+async fn lease_child() {
+    let Some(path) = std::env::var_os(LEASE_CHILD_ENV) else {
+        return;
+    };
+    let store = SqliteStore::open(Path::new(&path)).await.expect("child open");
+    let me = format!("pid{}", std::process::id());
+    match store
+        .acquire_lease(&c::lease_request("shared", &me, &me, 60_000))
+        .await
+        .expect("acquire")
+    {
+        LeaseGrant::Acquired(_) => println!("LEASE ACQUIRED {me}"),
+        LeaseGrant::Held(holder) => println!("LEASE HELD {}", holder.owner),
+    }
+    store.close().await.expect("close");
+}
+
+/// Real processes on one file, started together: exactly one gets the lease and the others
+/// are told who.
+#[test]
+fn lease_across_processes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("lease.db");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(std::env::current_exe().expect("test binary"))
+                .args([
+                    "--exact",
+                    "sqlite::tests::lease_child",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env(LEASE_CHILD_ENV, &path)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut told = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().expect("child output");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // The harness prints "test … ... " on the same line, before the child's output.
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((_, me)) = line.split_once("LEASE ACQUIRED ") {
+                winners.push(me.to_owned());
+            } else if let Some((_, holder)) = line.split_once("LEASE HELD ") {
+                told.push(holder.to_owned());
+            }
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners {winners:?}, told {told:?}");
+    assert_eq!(told.len(), 3);
+    assert!(told.iter().all(|h| *h == winners[0]), "{told:?} vs {winners:?}");
+}
+
+// --- Upgrades ---------------------------------------------------------------------------------
+
+/// A file written by the first schema (before leases) upgrades in place: rows, run ids and
+/// the id sequence are kept, and the new columns have their defaults.
+#[tokio::test]
+async fn upgrade_from_schema_v1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v1.db");
+    let v1 = dir.path().join("v1-migrations");
+    std::fs::create_dir(&v1).expect("mkdir");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite/0001_initial.sql"),
+        v1.join("0001_initial.sql"),
+    )
+    .expect("copy v1");
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+        .await
+        .expect("create v1");
+    sqlx::migrate::Migrator::new(v1.as_path())
+        .await
+        .expect("v1 migrator")
+        .run(&mut conn)
+        .await
+        .expect("migrate to v1");
+    sqlx::raw_sql(
+        "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
+         INSERT INTO resources VALUES ('d', 'a', 'T::T', 'x', '{}', '{}', '[]', 1, 1);
+         INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes)
+             VALUES ('d', 'wf', 'apply', 'me', 1, '{}', '[]'), ('d', 'wf', 'delete', 'me', 2, '{}', '[]');
+         DELETE FROM runs WHERE id = 2;",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("v1 rows");
+    conn.close().await.expect("close v1");
+
+    let store = SqliteStore::open(&path).await.expect("upgrade");
+    let state = store.load("d").await.expect("load").expect("kept");
+    assert_eq!(state.resources.len(), 1);
+    assert!(!state.resources[0].pending);
+    let history = store.history("d").await.expect("history");
+    assert_eq!(history.len(), 1);
+    assert_eq!((history[0].id, history[0].note.as_deref()), (1, None));
+    // AUTOINCREMENT still never reuses the deleted id 2.
+    let next = store.begin_run(&c::apply("d", "wf")).await.expect("begin_run");
+    assert_eq!(next, 3);
+    let mut unlock = c::apply("d", "wf");
+    unlock.operation = lyra_core::state::Operation::Unlock;
+    store.begin_run(&unlock).await.expect("the wider CHECK accepts unlock");
+    let mut raw = raw(&path).await;
+    let indexes: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+            .fetch_all(&mut raw)
+            .await
+            .expect("indexes");
+    assert!(indexes.contains(&"runs_by_deployment".to_owned()), "{indexes:?}");
+    let check: String = sqlx::query_scalar("PRAGMA foreign_key_check")
+        .fetch_optional(&mut raw)
+        .await
+        .expect("fk check")
+        .unwrap_or_else(|| "ok".to_owned());
+    assert_eq!(check, "ok");
 }

@@ -9,19 +9,26 @@
 //! one single-statement write skips `BEGIN`/`COMMIT` and runs as its own autocommit
 //! transaction: in a deep chain of dependent steps that is every write.
 //!
+//! Lease operations go through the same queue: a conditional upsert inside a `BEGIN IMMEDIATE`
+//! transaction is atomic against every other process writing the file, which is what makes the
+//! lease work for two CLIs on one file. Their times come from this process's clock when the
+//! statement runs, not when it was queued.
+//!
 //! A write that is wrong on its own (finishing an unknown run) fails alone without touching
 //! the database. A database failure fails the whole batch: it is rolled back and every waiter
 //! gets the same error.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use lyra_core::state::RunId;
+use sqlx::error::ErrorKind as DbErrorKind;
 use sqlx::{Connection, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
-use crate::rows::{ResourceRow, RunEndRow, RunRow, now_ms};
+use crate::rows::{LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms};
 
 /// Most writes committed in one transaction; also the queue length before callers wait.
 const MAX_BATCH: usize = 1024;
@@ -30,12 +37,76 @@ const MAX_BATCH: usize = 1024;
 pub(crate) enum Op {
     BeginRun(RunRow),
     Put(ResourceRow),
-    Remove { deployment: String, step_id: String },
+    Remove {
+        deployment: String,
+        step_id: String,
+    },
     FinishRun(RunEndRow),
+    /// Takes the lease if free, expired or ours (same token); `since`/`expires` are ignored
+    /// and set from the clock when the statement runs.
+    AcquireLease {
+        lease: LeaseRow,
+        ttl_ms: i64,
+    },
+    RenewLease {
+        deployment: String,
+        token: String,
+        ttl_ms: i64,
+    },
+    ReleaseLease {
+        deployment: String,
+        token: String,
+    },
+    BreakLease {
+        deployment: String,
+    },
+    Import(Box<ImportRows>),
+    Drop {
+        deployment: String,
+    },
 }
 
-/// What a waiter gets: the new run's id for [`Op::BeginRun`], 0 for the others.
-type Reply = Result<i64, Arc<Error>>;
+/// An exported deployment, encoded for [`Op::Import`].
+pub(crate) struct ImportRows {
+    pub deployment: String,
+    pub workflow: Option<String>,
+    pub resources: Vec<ResourceRow>,
+    /// Oldest first.
+    pub runs: Vec<RunRow>,
+}
+
+impl Op {
+    /// Whether the write is one statement, so that alone it can run as its own autocommit
+    /// transaction.
+    fn is_single_statement(&self) -> bool {
+        match self {
+            Op::Put(_)
+            | Op::Remove { .. }
+            | Op::FinishRun(_)
+            | Op::RenewLease { .. }
+            | Op::ReleaseLease { .. }
+            | Op::BreakLease { .. } => true,
+            // The acquire's upsert and its read of the holder must see one state.
+            Op::BeginRun(_) | Op::AcquireLease { .. } | Op::Import(_) | Op::Drop { .. } => false,
+        }
+    }
+}
+
+/// What a write produced.
+#[derive(Debug)]
+pub(crate) enum Done {
+    Unit,
+    Run(RunId),
+    /// `acquired` tells whether the caller holds `lease` now, or someone else does.
+    Grant {
+        acquired: bool,
+        lease: LeaseRow,
+    },
+    Lease(Option<LeaseRow>),
+    Existed(bool),
+}
+
+type Reply = Result<Done, Arc<Error>>;
 
 struct Job {
     op: Op,
@@ -58,7 +129,7 @@ impl Writer {
     }
 
     /// Queues `op` and waits until it is committed.
-    pub async fn submit(&self, op: Op) -> Result<i64, Error> {
+    pub async fn submit(&self, op: Op) -> Result<Done, Error> {
         let (reply, answer) = oneshot::channel();
         self.queue.send(Job { op, reply }).await.map_err(|_| Error::Closed)?;
         match answer.await {
@@ -83,8 +154,10 @@ impl Writer {
 /// The task's state: the connection, and the deployments known to exist.
 struct Task {
     conn: SqliteConnection,
-    /// Deployments are never deleted, so once one is seen committed, puts into it need not
-    /// make sure it exists again: a lone put is then a single autocommit statement.
+    /// Deployments seen committed, so puts into them need not make sure they exist again: a
+    /// lone put is then a single autocommit statement. Another process may drop one
+    /// meanwhile; the put then fails its foreign key, and the batch is retried without
+    /// trusting this cache.
     known: HashSet<String>,
 }
 
@@ -97,7 +170,12 @@ async fn run(conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) -> Result<(
     // `recv_many` waits for one job, then takes whatever else is already queued; it returns
     // 0 once every sender is gone and the queue is empty.
     while queue.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-        match task.write_batch(&jobs).await {
+        let mut written = task.write_batch(&jobs).await;
+        if matches!(&written, Err(e) if is_foreign_key_violation(e)) && !task.known.is_empty() {
+            task.known.clear();
+            written = task.write_batch(&jobs).await;
+        }
+        match written {
             Ok(results) => {
                 for (job, result) in jobs.drain(..).zip(results) {
                     // A waiter that gave up is fine: its write is committed anyway.
@@ -115,26 +193,20 @@ async fn run(conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) -> Result<(
     task.conn.close().await
 }
 
+fn is_foreign_key_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|db| db.kind() == DbErrorKind::ForeignKeyViolation)
+}
+
 impl Task {
     /// Writes `jobs` and commits them. The outer error fails the whole batch (rolled back when
     /// the transaction is dropped); the inner ones belong to single jobs.
-    async fn write_batch(&mut self, jobs: &[Job]) -> Result<Vec<Result<i64, Error>>, sqlx::Error> {
-        // Deployments this batch's puts need that are not known to exist yet.
-        let mut missing: Vec<&str> = Vec::new();
-        for job in jobs {
-            if let Op::Put(row) = &job.op
-                && !self.known.contains(&row.deployment)
-                && !missing.contains(&row.deployment.as_str())
-            {
-                missing.push(&row.deployment);
-            }
-        }
-
+    async fn write_batch(&mut self, jobs: &[Job]) -> Result<Vec<Result<Done, Error>>, sqlx::Error> {
         // A lone single-statement write is its own transaction: no BEGIN/COMMIT round trips.
         // This is the deep-chain case, where each write waits for the previous one.
         if let [job] = jobs
-            && missing.is_empty()
-            && !matches!(job.op, Op::BeginRun(_))
+            && job.op.is_single_statement()
+            && !matches!(&job.op, Op::Put(row) if !self.known.contains(&row.deployment))
         {
             return Ok(vec![apply(&mut self.conn, &job.op).await?]);
         }
@@ -142,37 +214,97 @@ impl Task {
         // IMMEDIATE takes the write lock up front, waiting (busy timeout) for another process
         // rather than failing half-way through the batch.
         let mut tx = self.conn.begin_with("BEGIN IMMEDIATE").await?;
-        let now = now_ms();
-        for deployment in &missing {
-            sqlx::query(
-                "INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES (?1, NULL, ?2, ?2) \
-                 ON CONFLICT (name) DO NOTHING",
-            )
-            .bind(deployment)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
+        // Whether each deployment this batch touched exists now, where that differs from
+        // what `known` says.
+        let mut exists: HashMap<&str, bool> = HashMap::new();
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
+            match &job.op {
+                Op::Put(row) => {
+                    let deployment = row.deployment.as_str();
+                    let present = exists
+                        .get(deployment)
+                        .copied()
+                        .unwrap_or_else(|| self.known.contains(deployment));
+                    if !present {
+                        sqlx::query(
+                            "INSERT INTO deployments (name, workflow, created_at, updated_at) \
+                             VALUES (?1, NULL, ?2, ?2) ON CONFLICT (name) DO NOTHING",
+                        )
+                        .bind(deployment)
+                        .bind(now_ms())
+                        .execute(&mut *tx)
+                        .await?;
+                        exists.insert(deployment, true);
+                    }
+                }
+                Op::BeginRun(run) => {
+                    exists.insert(&run.deployment, true);
+                }
+                Op::Import(import) => {
+                    exists.insert(&import.deployment, true);
+                }
+                Op::Drop { deployment } => {
+                    exists.insert(deployment, false);
+                }
+                _ => {}
+            }
             results.push(apply(&mut tx, &job.op).await?);
         }
         tx.commit().await?;
 
-        // Only now, committed, do these deployments surely exist.
-        self.known.extend(missing.into_iter().map(str::to_owned));
-        for job in jobs {
-            if let Op::BeginRun(run) = &job.op
-                && !self.known.contains(&run.deployment)
-            {
-                self.known.insert(run.deployment.clone());
+        // Only now, committed, is this what exists.
+        for (deployment, present) in exists {
+            if present {
+                if !self.known.contains(deployment) {
+                    self.known.insert(deployment.to_owned());
+                }
+            } else {
+                self.known.remove(deployment);
             }
         }
         Ok(results)
     }
 }
 
-async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<i64, Error>, sqlx::Error> {
+const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, \
+                                                   actual, depends_on, managed, pending, sensitive, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+     ON CONFLICT (deployment, step_id) DO UPDATE SET \
+         type_name = excluded.type_name, external_id = excluded.external_id, \
+         desired = excluded.desired, actual = excluded.actual, \
+         depends_on = excluded.depends_on, managed = excluded.managed, \
+         pending = excluded.pending, sensitive = excluded.sensitive, updated_at = excluded.updated_at";
+
+async fn put(conn: &mut SqliteConnection, row: &ResourceRow) -> Result<(), sqlx::Error> {
+    sqlx::query(PUT_RESOURCE)
+        .bind(&row.deployment)
+        .bind(&row.step_id)
+        .bind(&row.type_name)
+        .bind(&row.external_id)
+        .bind(&row.desired)
+        .bind(&row.actual)
+        .bind(&row.depends_on)
+        .bind(row.managed)
+        .bind(row.pending)
+        .bind(&row.sensitive)
+        .bind(row.updated_at)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Runs a statement returning at most one lease row. `fetch_all` rather than
+/// `fetch_optional`: the statement is stepped to its end, so an autocommit write is committed
+/// (and its lock released) before this returns.
+async fn fetch_lease<'q>(
+    conn: &mut SqliteConnection,
+    query: sqlx::query::QueryAs<'q, sqlx::Sqlite, LeaseRow, sqlx::sqlite::SqliteArguments>,
+) -> Result<Option<LeaseRow>, sqlx::Error> {
+    Ok(query.fetch_all(&mut *conn).await?.pop())
+}
+
+async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Error>, sqlx::Error> {
     match op {
         Op::BeginRun(run) => {
             // Only an apply changes which workflow the deployment runs.
@@ -206,31 +338,11 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<i64, Error
             .bind(&run.changes)
             .execute(&mut *conn)
             .await?;
-            Ok(Ok(inserted.last_insert_rowid()))
+            Ok(Ok(Done::Run(inserted.last_insert_rowid())))
         }
         Op::Put(row) => {
-            sqlx::query(
-                "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, \
-                                        actual, depends_on, managed, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-                 ON CONFLICT (deployment, step_id) DO UPDATE SET \
-                     type_name = excluded.type_name, external_id = excluded.external_id, \
-                     desired = excluded.desired, actual = excluded.actual, \
-                     depends_on = excluded.depends_on, managed = excluded.managed, \
-                     updated_at = excluded.updated_at",
-            )
-            .bind(&row.deployment)
-            .bind(&row.step_id)
-            .bind(&row.type_name)
-            .bind(&row.external_id)
-            .bind(&row.desired)
-            .bind(&row.actual)
-            .bind(&row.depends_on)
-            .bind(row.managed)
-            .bind(row.updated_at)
-            .execute(&mut *conn)
-            .await?;
-            Ok(Ok(0))
+            put(conn, row).await?;
+            Ok(Ok(Done::Unit))
         }
         Op::Remove { deployment, step_id } => {
             sqlx::query("DELETE FROM resources WHERE deployment = ?1 AND step_id = ?2")
@@ -238,12 +350,12 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<i64, Error
                 .bind(step_id)
                 .execute(&mut *conn)
                 .await?;
-            Ok(Ok(0))
+            Ok(Ok(Done::Unit))
         }
         Op::FinishRun(end) => {
             let updated = sqlx::query(
                 "UPDATE runs SET finished_at = ?2, outcome = ?3, counts = ?4, changes = ?5, \
-                                 error = ?6 \
+                                 error = ?6, note = ?7 \
                  WHERE id = ?1 AND finished_at IS NULL",
             )
             .bind(end.id)
@@ -252,10 +364,11 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<i64, Error
             .bind(&end.counts)
             .bind(&end.changes)
             .bind(&end.error)
+            .bind(&end.note)
             .execute(&mut *conn)
             .await?;
             if updated.rows_affected() == 1 {
-                return Ok(Ok(0));
+                return Ok(Ok(Done::Unit));
             }
             // Nothing was written, so this job fails alone and the batch goes on.
             let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = ?1")
@@ -266,6 +379,143 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<i64, Error
                 Some(_) => Error::RunAlreadyFinished(end.id),
                 None => Error::UnknownRun(end.id),
             }))
+        }
+        Op::AcquireLease { lease, ttl_ms } => {
+            let now = now_ms();
+            // Taken when free, expired, or ours already (a renewal keeps `since`).
+            let taken = fetch_lease(
+                conn,
+                sqlx::query_as(concat!(
+                    "INSERT INTO leases (deployment, owner, operation, token, since, expires) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                     ON CONFLICT (deployment) DO UPDATE SET \
+                         owner = excluded.owner, operation = excluded.operation, \
+                         token = excluded.token, expires = excluded.expires, \
+                         since = CASE WHEN leases.token = excluded.token \
+                                      THEN leases.since ELSE excluded.since END \
+                     WHERE leases.token = excluded.token OR leases.expires <= excluded.since \
+                     RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(&lease.deployment)
+                .bind(&lease.owner)
+                .bind(&lease.operation)
+                .bind(&lease.token)
+                .bind(now)
+                .bind(now.saturating_add(*ttl_ms)),
+            )
+            .await?;
+            if let Some(lease) = taken {
+                return Ok(Ok(Done::Grant { acquired: true, lease }));
+            }
+            // Inside this IMMEDIATE transaction, the holder cannot have gone meanwhile.
+            let holder: LeaseRow = sqlx::query_as(concat!(
+                "SELECT ",
+                lease_columns!(),
+                " FROM leases WHERE deployment = ?1"
+            ))
+            .bind(&lease.deployment)
+            .fetch_one(&mut *conn)
+            .await?;
+            Ok(Ok(Done::Grant {
+                acquired: false,
+                lease: holder,
+            }))
+        }
+        Op::RenewLease {
+            deployment,
+            token,
+            ttl_ms,
+        } => {
+            let renewed = fetch_lease(
+                conn,
+                sqlx::query_as(concat!(
+                    "UPDATE leases SET expires = ?3 WHERE deployment = ?1 AND token = ?2 RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(deployment)
+                .bind(token)
+                .bind(now_ms().saturating_add(*ttl_ms)),
+            )
+            .await?;
+            Ok(Ok(Done::Lease(renewed)))
+        }
+        Op::ReleaseLease { deployment, token } => {
+            sqlx::query("DELETE FROM leases WHERE deployment = ?1 AND token = ?2")
+                .bind(deployment)
+                .bind(token)
+                .execute(&mut *conn)
+                .await?;
+            Ok(Ok(Done::Unit))
+        }
+        Op::BreakLease { deployment } => {
+            let broken = fetch_lease(
+                conn,
+                sqlx::query_as(concat!(
+                    "DELETE FROM leases WHERE deployment = ?1 RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(deployment),
+            )
+            .await?;
+            Ok(Ok(Done::Lease(broken)))
+        }
+        Op::Import(import) => {
+            let now = now_ms();
+            sqlx::query(
+                "INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES (?1, ?2, ?3, ?3) \
+                 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, \
+                                                  updated_at = excluded.updated_at",
+            )
+            .bind(&import.deployment)
+            .bind(&import.workflow)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query("DELETE FROM resources WHERE deployment = ?1")
+                .bind(&import.deployment)
+                .execute(&mut *conn)
+                .await?;
+            for row in &import.resources {
+                put(conn, row).await?;
+            }
+            for run in &import.runs {
+                sqlx::query(
+                    "INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, \
+                                       outcome, counts, changes, error, note) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                )
+                .bind(&run.deployment)
+                .bind(&run.workflow)
+                .bind(&run.operation)
+                .bind(&run.actor)
+                .bind(run.started_at)
+                .bind(run.finished_at)
+                .bind(&run.outcome)
+                .bind(&run.counts)
+                .bind(&run.changes)
+                .bind(&run.error)
+                .bind(&run.note)
+                .execute(&mut *conn)
+                .await?;
+            }
+            Ok(Ok(Done::Unit))
+        }
+        Op::Drop { deployment } => {
+            sqlx::query("DELETE FROM leases WHERE deployment = ?1")
+                .bind(deployment)
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query("DELETE FROM runs WHERE deployment = ?1")
+                .bind(deployment)
+                .execute(&mut *conn)
+                .await?;
+            // Resources go with it (ON DELETE CASCADE).
+            let dropped = sqlx::query("DELETE FROM deployments WHERE name = ?1")
+                .bind(deployment)
+                .execute(&mut *conn)
+                .await?;
+            Ok(Ok(Done::Existed(dropped.rows_affected() > 0)))
         }
     }
 }

@@ -1,0 +1,168 @@
+//! The lease keeper against a real (SQLite) store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lyra_core::state::StateStore;
+use tempfile::TempDir;
+
+use super::{LeaseError, LeaseOptions, acquire};
+use crate::SqliteStore;
+
+async fn store() -> (TempDir, Arc<dyn StateStore>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(&dir.path().join("state.db")).await.expect("open");
+    (dir, Arc::new(store))
+}
+
+fn options(owner: &str, ttl_ms: u64) -> LeaseOptions {
+    LeaseOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        ..LeaseOptions::new(owner, "apply")
+    }
+}
+
+fn flag() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(false))
+}
+
+#[tokio::test]
+async fn refused_at_once_naming_the_holder() {
+    let (_dir, store) = store().await;
+    let held = acquire(store.clone(), "web", &options("alice@laptop", 30_000), flag())
+        .await
+        .expect("first takes it");
+    assert_eq!(held.lease().owner, "alice@laptop");
+    assert_eq!(held.lease().token.len(), 32);
+
+    let err = acquire(store.clone(), "web", &LeaseOptions::new("bob@host", "delete"), flag())
+        .await
+        .expect_err("second is refused");
+    let LeaseError::Held(holder) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(holder.owner, "alice@laptop");
+    let message = err.to_string();
+    for part in [
+        "\"web\"",
+        "alice@laptop",
+        "apply",
+        &super::utc(held.lease().since),
+        "expires",
+    ] {
+        assert!(message.contains(part), "{message} lacks {part}");
+    }
+    assert!(
+        message.contains('T') && message.contains('Z'),
+        "UTC timestamps: {message}"
+    );
+
+    // Another deployment is free.
+    acquire(store.clone(), "db", &LeaseOptions::new("bob@host", "apply"), flag())
+        .await
+        .expect("other deployment");
+    held.release().await.expect("release");
+    acquire(store, "web", &LeaseOptions::new("bob@host", "apply"), flag())
+        .await
+        .expect("free after release");
+}
+
+#[tokio::test]
+async fn renewals_keep_it_past_its_ttl() {
+    let (_dir, store) = store().await;
+    let lost = flag();
+    let held = acquire(store.clone(), "web", &options("alice@laptop", 150), lost.clone())
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let err = acquire(store.clone(), "web", &options("bob@host", 150), flag())
+        .await
+        .expect_err("still held");
+    let current = err.holder().expect("holder");
+    assert_eq!(current.since, held.lease().since);
+    assert!(current.expires > held.lease().expires, "renewed");
+    assert!(!lost.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn dropping_stops_renewals() {
+    let (_dir, store) = store().await;
+    let held = acquire(store.clone(), "web", &options("alice@laptop", 150), flag())
+        .await
+        .expect("acquire");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    acquire(store, "web", &options("bob@host", 150), flag())
+        .await
+        .expect("expired once no longer renewed");
+}
+
+#[tokio::test]
+async fn waits_then_gets_it() {
+    let (_dir, store) = store().await;
+    let held = acquire(store.clone(), "web", &options("alice@laptop", 30_000), flag())
+        .await
+        .expect("acquire");
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.expect("release");
+    });
+    let waiting = LeaseOptions {
+        wait: Some(Duration::from_secs(10)),
+        ..LeaseOptions::new("bob@host", "apply")
+    };
+    let started = std::time::Instant::now();
+    let got = acquire(store, "web", &waiting, flag()).await.expect("waited for it");
+    assert_eq!(got.lease().owner, "bob@host");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    releaser.await.expect("releaser");
+}
+
+#[tokio::test]
+async fn wait_times_out() {
+    let (_dir, store) = store().await;
+    let _held = acquire(store.clone(), "web", &options("alice@laptop", 30_000), flag())
+        .await
+        .expect("acquire");
+    let waiting = LeaseOptions {
+        wait: Some(Duration::from_millis(400)),
+        ..LeaseOptions::new("bob@host", "apply")
+    };
+    let err = acquire(store, "web", &waiting, flag()).await.expect_err("times out");
+    let LeaseError::TimedOut { holder, waited } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(holder.owner, "alice@laptop");
+    assert!(*waited >= Duration::from_millis(400), "{waited:?}");
+    assert!(err.to_string().contains("still locked after waiting"), "{err}");
+}
+
+#[tokio::test]
+async fn broken_lease_sets_lost() {
+    let (_dir, store) = store().await;
+    let lost = flag();
+    let held = acquire(store.clone(), "web", &options("alice@laptop", 150), lost.clone())
+        .await
+        .expect("acquire");
+    let broken = store.break_lease("web").await.expect("break").expect("was held");
+    assert_eq!(broken.token, held.lease().token);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !lost.load(Ordering::SeqCst) {
+        assert!(std::time::Instant::now() < deadline, "loss not detected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Releasing a lost lease is fine, and does not free someone else's.
+    acquire(store.clone(), "web", &options("bob@host", 30_000), flag())
+        .await
+        .expect("bob takes it");
+    held.release().await.expect("release lost lease");
+    assert_eq!(
+        store.lease("web").await.expect("lease").map(|l| l.owner),
+        Some("bob@host".to_owned())
+    );
+}

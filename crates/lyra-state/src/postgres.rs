@@ -1,0 +1,742 @@
+//! The Postgres state store: one database (optionally one schema of it) shared by every CLI
+//! and controller that manages the same deployments.
+//!
+//! Every write is one autocommit statement (or one transaction where it needs several), so
+//! it is committed when its call returns; with the server's default `synchronous_commit=on`
+//! that means it is on the server's disk. Concurrent calls use separate pooled connections and
+//! never wait on each other except for rows they both touch: runs on different deployments do
+//! not block each other.
+//!
+//! **Connection faults.** The pool does not ping a connection before handing it out (that
+//! would double the cost of every call); instead a call that fails because the connection or
+//! the server went away is retried on a fresh connection, with a short backoff, for up to
+//! [`RETRY_FOR`], when repeating it is harmless:
+//!
+//! - `put_resource` (an upsert), `remove_resource` (a delete), the lease operations (keyed by
+//!   the holder's token) and every read are idempotent;
+//! - `finish_run` is retried as "finish it, unless it was finished with exactly these
+//!   values", so a retry after a commit whose answer was lost is not mistaken for a second
+//!   finish;
+//! - `drop_deployment` and `break_lease` are idempotent, but a retry after a lost answer
+//!   reports what the retry saw (`false` / `None`), not what the first attempt did;
+//! - `begin_run` and `import` append rows: repeating one whose commit succeeded but whose
+//!   answer was lost would duplicate history. They take a connection and ping it first
+//!   (retrying that part), then send their statement once.
+//!
+//! When retrying does not help, the call fails with [`Error::PgUnavailable`] ("lost the
+//! connection to the Postgres state at host:port/db"), which the engine sees as
+//! `StoreErrorKind::Unavailable`. Nothing reported as written is ever lost: a write is only
+//! reported once its commit is acknowledged.
+//!
+//! **Leases** use the server's clock (`clock_timestamp()`), so clients with skewed clocks
+//! agree on expiry.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lyra_core::state::{
+    DeploymentExport, DeploymentState, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, ResourceRecord, RunEnd,
+    RunId, RunRecord, RunStart, StateStore, StoreError,
+};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
+
+use crate::error::{Error, is_connection_fault};
+use crate::rows::{
+    DeploymentSummaryRow, LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms, resource_columns,
+    run_columns, summaries,
+};
+use crate::url::{StoreUrl, redact};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// How long a call keeps retrying after connection faults before it reports the store
+/// unavailable.
+pub const RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// The prefix of the store's connections' `application_name` (`lyra-<pid>`) unless the URL
+/// sets one: it shows in `pg_stat_activity`.
+pub const APPLICATION_NAME: &str = "lyra";
+
+/// Now on the server's clock, in Unix milliseconds. `clock_timestamp()`, not `now()`: the
+/// latter is the start of the transaction.
+macro_rules! server_now_ms {
+    () => {
+        "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+    };
+}
+
+/// How to open a [`PostgresStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresOptions {
+    /// Size of the connection pool: how many calls run at once.
+    pub max_connections: u32,
+    /// How long a call retries after connection faults.
+    pub retry_for: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            max_connections: 10,
+            retry_for: RETRY_FOR,
+        }
+    }
+}
+
+/// A [`StateStore`] in a Postgres database. See the module docs for durability and retries.
+pub struct PostgresStore {
+    pool: PgPool,
+    /// `host:port/database`, for messages (never the URL: it may hold a password).
+    target: String,
+    schema: Option<String>,
+    retry_for: Duration,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.target)
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `postgres://…` / `postgresql://…` (sqlx's URL syntax, plus Lyra's
+    /// `schema=NAME`) with default options, and brings the schema up to date.
+    pub async fn connect(url: &str) -> Result<PostgresStore, Error> {
+        Self::connect_with(url, &PostgresOptions::default()).await
+    }
+
+    /// [`PostgresStore::connect`] with explicit options.
+    pub async fn connect_with(url: &str, options: &PostgresOptions) -> Result<PostgresStore, Error> {
+        let StoreUrl::Postgres { url: rest, schema } = StoreUrl::parse(url)? else {
+            return Err(Error::InvalidUrl {
+                url: redact(url),
+                reason: "expected postgres://… or postgresql://…".to_owned(),
+            });
+        };
+        let mut connect = PgConnectOptions::from_str(&rest).map_err(|e| Error::InvalidUrl {
+            url: redact(url),
+            reason: e.to_string(),
+        })?;
+        if connect.get_application_name().is_none() {
+            // The process id tells an operator (and the fault tests) whose connections they see.
+            connect = connect.application_name(&format!("{APPLICATION_NAME}-{}", std::process::id()));
+        }
+        let target = format!(
+            "{}:{}/{}",
+            connect.get_host(),
+            connect.get_port(),
+            connect.get_database().unwrap_or(connect.get_username())
+        );
+
+        // The schema must exist before a connection whose search_path names it can create
+        // tables; this first connection also runs the migrations.
+        let mut conn = PgConnection::connect_with(&connect)
+            .await
+            .map_err(|source| Error::PgConnect {
+                target: target.clone(),
+                source,
+            })?;
+        if let Some(schema) = &schema {
+            create_schema(&mut conn, schema)
+                .await
+                .map_err(|source| Error::PgConnect {
+                    target: target.clone(),
+                    source,
+                })?;
+            // `schema` is a checked plain identifier (see `url::is_schema_name`).
+            sqlx::query(sqlx::AssertSqlSafe(format!("SET search_path TO {schema}")))
+                .execute(&mut conn)
+                .await
+                .map_err(|source| Error::PgConnect {
+                    target: target.clone(),
+                    source,
+                })?;
+            // Every pooled connection starts in the schema: a startup parameter, so no extra
+            // round trip per connection.
+            connect = connect.options([("search_path", schema.as_str())]);
+        }
+        // sqlx holds an advisory lock while migrating, so concurrent openers take turns.
+        MIGRATOR.run(&mut conn).await.map_err(|source| Error::PgMigrate {
+            target: target.clone(),
+            source,
+        })?;
+        let _ = conn.close().await;
+
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .min_connections(0)
+            // A ping per acquire would double the cost of every call; faults are retried
+            // instead (see the module docs).
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(connect);
+        Ok(PostgresStore {
+            pool,
+            target,
+            schema,
+            retry_for: options.retry_for,
+        })
+    }
+
+    /// `host:port/database` of the server.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The schema the tables live in, if the URL named one.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// Closes every connection (each call's write is already committed when it returns).
+    pub async fn close(self) {
+        self.pool.close().await;
+    }
+
+    fn unavailable(&self, source: sqlx::Error) -> Error {
+        Error::PgUnavailable {
+            target: self.target.clone(),
+            source,
+        }
+    }
+
+    /// Runs `attempt` until it succeeds, fails for a reason other than the connection, or
+    /// [`PostgresOptions::retry_for`] has passed. `attempt` gets the attempt number (0 first)
+    /// and must be safe to repeat.
+    async fn retry<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let started = Instant::now();
+        let mut backoff = Duration::ZERO;
+        for n in 0.. {
+            match attempt(n).await {
+                Err(Error::Sqlx(e)) if is_connection_fault(&e) => {
+                    if started.elapsed() + backoff >= self.retry_for {
+                        return Err(self.unavailable(e));
+                    }
+                    tracing::debug!(error = %e, attempt = n, "Postgres state: retrying after a connection fault");
+                    // The failed connection is not reused: the pool pings it on release and
+                    // drops it. The first retry is immediate (a stale pooled connection is the
+                    // common case); later ones back off while the server may be restarting.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).clamp(Duration::from_millis(25), Duration::from_secs(1));
+                }
+                Err(Error::Sqlx(sqlx::Error::PoolClosed)) => return Err(Error::Closed),
+                other => return other,
+            }
+        }
+        unreachable!("the retry loop only ends by returning")
+    }
+
+    /// A pooled connection known to be alive (pinged), for writes that must not be repeated:
+    /// if their statement then fails, it fails once.
+    async fn live_connection(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, Error> {
+        self.retry(|_| async {
+            let mut conn = self.pool.acquire().await?;
+            conn.ping().await?;
+            Ok(conn)
+        })
+        .await
+    }
+
+    /// A failed non-repeatable write: connection faults are reported as such.
+    fn once_error(&self, e: sqlx::Error) -> Error {
+        if is_connection_fault(&e) {
+            self.unavailable(e)
+        } else {
+            Error::Sqlx(e)
+        }
+    }
+
+    async fn load_once(&self, deployment: &str) -> Result<Option<DeploymentState>, Error> {
+        let mut tx = self.read_tx().await?;
+        let state = load_in(&mut tx, deployment).await?;
+        tx.commit().await?;
+        Ok(state)
+    }
+
+    /// A read-only transaction that sees one snapshot for all its statements.
+    async fn read_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, Error> {
+        Ok(self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await?)
+    }
+
+    async fn list_once(&self) -> Result<Vec<DeploymentSummary>, Error> {
+        let mut tx = self.read_tx().await?;
+        let deployments: Vec<DeploymentSummaryRow> = sqlx::query_as(
+            "SELECT d.name, d.workflow, \
+                    (SELECT COUNT(*) FROM resources r WHERE r.deployment = d.name) AS resources \
+             FROM deployments d ORDER BY d.name",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let last_runs: Vec<RunRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id IN (SELECT MAX(id) FROM runs GROUP BY deployment)"
+        ))
+        .fetch_all(&mut *tx)
+        .await?;
+        let leases: Vec<LeaseRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM leases WHERE expires > ",
+            server_now_ms!()
+        ))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        summaries(deployments, last_runs, leases)
+    }
+
+    async fn history_once(&self, deployment: &str, newest_first: bool) -> Result<Vec<RunRecord>, Error> {
+        let query = if newest_first {
+            concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM runs WHERE deployment = $1 ORDER BY id DESC"
+            )
+        } else {
+            concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM runs WHERE deployment = $1 ORDER BY id"
+            )
+        };
+        let rows: Vec<RunRow> = sqlx::query_as(query).bind(deployment).fetch_all(&self.pool).await?;
+        rows.into_iter().map(RunRow::into_record).collect()
+    }
+
+    async fn export_once(&self, deployment: &str) -> Result<Option<DeploymentExport>, Error> {
+        let mut tx = self.read_tx().await?;
+        let Some(state) = load_in(&mut tx, deployment).await? else {
+            return Ok(None);
+        };
+        let rows: Vec<RunRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE deployment = $1 ORDER BY id"
+        ))
+        .bind(deployment)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let history = rows.into_iter().map(RunRow::into_record).collect::<Result<_, _>>()?;
+        Ok(Some(DeploymentExport { state, history }))
+    }
+
+    async fn acquire_once(&self, request: &LeaseRequest) -> Result<LeaseGrant, Error> {
+        // The holder may release between the upsert and the read; then try again.
+        for _ in 0..100 {
+            let taken: Option<LeaseRow> = sqlx::query_as(concat!(
+                "WITH now AS (SELECT ",
+                server_now_ms!(),
+                " AS ms) \
+                 INSERT INTO leases (deployment, owner, operation, token, since, expires) \
+                 SELECT $1, $2, $3, $4, ms, ms + $5 FROM now \
+                 ON CONFLICT (deployment) DO UPDATE SET \
+                     owner = excluded.owner, operation = excluded.operation, \
+                     token = excluded.token, expires = excluded.expires, \
+                     since = CASE WHEN leases.token = excluded.token \
+                                  THEN leases.since ELSE excluded.since END \
+                 WHERE leases.token = excluded.token OR leases.expires <= excluded.since \
+                 RETURNING ",
+                lease_columns!()
+            ))
+            .bind(&request.deployment)
+            .bind(&request.owner)
+            .bind(&request.operation)
+            .bind(&request.token)
+            .bind(request.ttl_ms)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(lease) = taken {
+                return Ok(LeaseGrant::Acquired(lease.into()));
+            }
+            let holder: Option<LeaseRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                lease_columns!(),
+                " FROM leases WHERE deployment = $1"
+            ))
+            .bind(&request.deployment)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(holder) = holder {
+                return Ok(LeaseGrant::Held(holder.public()));
+            }
+        }
+        Err(Error::LeaseContended(request.deployment.clone()))
+    }
+}
+
+/// Creates `schema` unless it exists. Two processes creating it at once can both pass the
+/// `IF NOT EXISTS` check; the loser's duplicate error is fine.
+async fn create_schema(conn: &mut PgConnection, schema: &str) -> Result<(), sqlx::Error> {
+    // `schema` is a checked plain identifier (see `url::is_schema_name`).
+    let created = sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {schema}")))
+        .execute(&mut *conn)
+        .await;
+    match created {
+        Err(sqlx::Error::Database(db)) if matches!(db.code().as_deref(), Some("23505" | "42P06")) => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// A deployment and its resources, read in the caller's transaction.
+async fn load_in(conn: &mut PgConnection, deployment: &str) -> Result<Option<DeploymentState>, Error> {
+    let workflow: Option<Option<String>> = sqlx::query_scalar("SELECT workflow FROM deployments WHERE name = $1")
+        .bind(deployment)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(workflow) = workflow else {
+        return Ok(None);
+    };
+    let rows: Vec<ResourceRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        resource_columns!(),
+        " FROM resources WHERE deployment = $1 ORDER BY step_id"
+    ))
+    .bind(deployment)
+    .fetch_all(&mut *conn)
+    .await?;
+    let resources = rows
+        .into_iter()
+        .map(ResourceRow::into_record)
+        .collect::<Result<_, _>>()?;
+    Ok(Some(DeploymentState {
+        name: deployment.to_owned(),
+        workflow,
+        resources,
+    }))
+}
+
+const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
+                                                   depends_on, managed, pending, sensitive, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10) \
+     ON CONFLICT (deployment, step_id) DO UPDATE SET \
+         type_name = excluded.type_name, external_id = excluded.external_id, \
+         desired = excluded.desired, actual = excluded.actual, depends_on = excluded.depends_on, \
+         managed = excluded.managed, pending = excluded.pending, sensitive = excluded.sensitive, \
+         updated_at = excluded.updated_at";
+
+/// [`PUT_RESOURCE`], creating the deployment first if needed, in one statement (so one round
+/// trip and one commit). The foreign key is checked at the end of the statement, so it sees
+/// the deployment the CTE inserted.
+const PUT_RESOURCE_ENSURING_DEPLOYMENT: &str = "WITH d AS (\
+         INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, NULL, $10, $10) \
+         ON CONFLICT (name) DO NOTHING) \
+     INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
+                            depends_on, managed, pending, sensitive, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10) \
+     ON CONFLICT (deployment, step_id) DO UPDATE SET \
+         type_name = excluded.type_name, external_id = excluded.external_id, \
+         desired = excluded.desired, actual = excluded.actual, depends_on = excluded.depends_on, \
+         managed = excluded.managed, pending = excluded.pending, sensitive = excluded.sensitive, \
+         updated_at = excluded.updated_at";
+
+fn bind_resource<'q>(
+    query: &'static str,
+    row: &'q ResourceRow,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(query)
+        .bind(&row.deployment)
+        .bind(&row.step_id)
+        .bind(&row.type_name)
+        .bind(&row.external_id)
+        .bind(&row.desired)
+        .bind(&row.actual)
+        .bind(&row.depends_on)
+        .bind(row.managed)
+        .bind(row.pending)
+        .bind(row.updated_at)
+        .bind(&row.sensitive)
+}
+
+#[async_trait]
+impl StateStore for PostgresStore {
+    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+        Ok(self.retry(|_| self.load_once(deployment)).await?)
+    }
+
+    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+        let row = RunRow::started(run, now_ms())?;
+        // Only an apply changes which workflow the deployment runs.
+        let applied_workflow = (row.operation == "apply").then_some(row.workflow.as_deref()).flatten();
+        let mut conn = self.live_connection().await?;
+        let id: i64 = sqlx::query_scalar(
+            "WITH d AS (\
+                 INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, $2, $5, $5) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET workflow = COALESCE($6, deployments.workflow), updated_at = excluded.updated_at \
+                 RETURNING name) \
+             INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes) \
+             SELECT name, $2, $3, $4, $5, $7, $8 FROM d RETURNING id",
+        )
+        .bind(&row.deployment)
+        .bind(&row.workflow)
+        .bind(&row.operation)
+        .bind(&row.actor)
+        .bind(row.started_at)
+        .bind(applied_workflow)
+        .bind(&row.counts)
+        .bind(&row.changes)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| self.once_error(e))?;
+        Ok(id)
+    }
+
+    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
+        let row = ResourceRow::new(deployment, record, now_ms())?;
+        self.retry(|_| async {
+            bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
+        self.retry(|_| async {
+            sqlx::query("DELETE FROM resources WHERE deployment = $1 AND step_id = $2")
+                .bind(deployment)
+                .bind(step_id)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
+        let end = RunEndRow::new(run, end, now_ms())?;
+        let end = &end;
+        self.retry(|attempt| async move {
+            // A retry also accepts a run already finished with exactly these values: the
+            // previous attempt's commit may have succeeded with its answer lost.
+            let query = if attempt == 0 {
+                "UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
+                                 note = $7 \
+                 WHERE id = $1 AND finished_at IS NULL"
+            } else {
+                "UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
+                                 note = $7 \
+                 WHERE id = $1 AND (finished_at IS NULL OR (finished_at = $2 AND outcome = $3 \
+                       AND counts = $4 AND changes = $5 AND error IS NOT DISTINCT FROM $6 \
+                       AND note IS NOT DISTINCT FROM $7))"
+            };
+            let updated = sqlx::query(query)
+                .bind(end.id)
+                .bind(end.finished_at)
+                .bind(end.outcome)
+                .bind(&end.counts)
+                .bind(&end.changes)
+                .bind(&end.error)
+                .bind(&end.note)
+                .execute(&self.pool)
+                .await?;
+            if updated.rows_affected() == 1 {
+                return Ok(());
+            }
+            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = $1")
+                .bind(end.id)
+                .fetch_optional(&self.pool)
+                .await?;
+            Err(match exists {
+                Some(_) => Error::RunAlreadyFinished(end.id),
+                None => Error::UnknownRun(end.id),
+            })
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
+        Ok(self.retry(|_| self.list_once()).await?)
+    }
+
+    async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(self.retry(|_| self.history_once(deployment, true)).await?)
+    }
+
+    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
+        // Repeating is safe: a retry after a lost answer finds the lease under our token and
+        // renews it, keeping `since`.
+        Ok(self.retry(|_| self.acquire_once(request)).await?)
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError> {
+        let renewed = self
+            .retry(|_| async {
+                let row: Option<LeaseRow> = sqlx::query_as(concat!(
+                    "UPDATE leases SET expires = ",
+                    server_now_ms!(),
+                    " + $3 WHERE deployment = $1 AND token = $2 RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(&lease.deployment)
+                .bind(&lease.token)
+                .bind(ttl_ms)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        Ok(renewed.map(Lease::from))
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.retry(|_| async {
+            sqlx::query("DELETE FROM leases WHERE deployment = $1 AND token = $2")
+                .bind(&lease.deployment)
+                .bind(&lease.token)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let row = self
+            .retry(|_| async {
+                let row: Option<LeaseRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    lease_columns!(),
+                    " FROM leases WHERE deployment = $1 AND expires > ",
+                    server_now_ms!()
+                ))
+                .bind(deployment)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        Ok(row.map(LeaseRow::public))
+    }
+
+    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let row = self
+            .retry(|_| async {
+                let row: Option<LeaseRow> = sqlx::query_as(concat!(
+                    "DELETE FROM leases WHERE deployment = $1 RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(deployment)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        Ok(row.map(Lease::from))
+    }
+
+    async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError> {
+        Ok(self.retry(|_| self.export_once(deployment)).await?)
+    }
+
+    async fn import(&self, export: &DeploymentExport) -> Result<(), StoreError> {
+        let deployment = &export.state.name;
+        let now = now_ms();
+        let resources: Vec<ResourceRow> = export
+            .state
+            .resources
+            .iter()
+            .map(|r| ResourceRow::new(deployment, r, now))
+            .collect::<Result<_, _>>()?;
+        let runs: Vec<RunRow> = export
+            .history
+            .iter()
+            .map(|r| RunRow::imported(r, deployment))
+            .collect::<Result<_, _>>()?;
+
+        // Appends history, so not repeated (see the module docs).
+        let mut conn = self.live_connection().await?;
+        let written: Result<(), sqlx::Error> = async {
+            let mut tx = conn.begin().await?;
+            sqlx::query(
+                "INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, $2, $3, $3) \
+                 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, \
+                                                  updated_at = excluded.updated_at",
+            )
+            .bind(deployment)
+            .bind(&export.state.workflow)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM resources WHERE deployment = $1")
+                .bind(deployment)
+                .execute(&mut *tx)
+                .await?;
+            for row in &resources {
+                bind_resource(PUT_RESOURCE, row).execute(&mut *tx).await?;
+            }
+            for run in &runs {
+                sqlx::query(
+                    "INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, \
+                                       outcome, counts, changes, error, note) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                )
+                .bind(&run.deployment)
+                .bind(&run.workflow)
+                .bind(&run.operation)
+                .bind(&run.actor)
+                .bind(run.started_at)
+                .bind(run.finished_at)
+                .bind(&run.outcome)
+                .bind(&run.counts)
+                .bind(&run.changes)
+                .bind(&run.error)
+                .bind(&run.note)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await
+        }
+        .await;
+        written.map_err(|e| self.once_error(e))?;
+        Ok(())
+    }
+
+    async fn drop_deployment(&self, deployment: &str) -> Result<bool, StoreError> {
+        let existed = self
+            .retry(|_| async {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query("DELETE FROM leases WHERE deployment = $1")
+                    .bind(deployment)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM runs WHERE deployment = $1")
+                    .bind(deployment)
+                    .execute(&mut *tx)
+                    .await?;
+                // Resources go with it (ON DELETE CASCADE).
+                let dropped = sqlx::query("DELETE FROM deployments WHERE name = $1")
+                    .bind(deployment)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(dropped.rows_affected() > 0)
+            })
+            .await?;
+        Ok(existed)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+//! Postgres-only tests: URLs and schemas, connection faults. The conformance suite runs from
+//! `src/tests.rs`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lyra_core::state::{StateStore, StoreError, StoreErrorKind};
+use sqlx::{Connection, PgConnection};
+
+use super::PostgresStore;
+use crate::Error;
+use crate::conformance as c;
+use crate::testing::PgTestDb;
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable_without_the_password() {
+    let err = PostgresStore::connect("postgres://lyra:s3cret-pw@127.0.0.1:1/state?schema=x")
+        .await
+        .expect_err("nothing listens on port 1");
+    assert!(matches!(err, Error::PgConnect { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("127.0.0.1:1/state"), "{message}");
+    assert!(!format!("{err:?}").contains("s3cret-pw"), "{err:?}");
+    assert_eq!(StoreError::from(err).kind, StoreErrorKind::Unavailable);
+
+    let err = crate::open("postgres://lyra:s3cret-pw@127.0.0.1/state?schema=Bad")
+        .await
+        .err()
+        .expect("bad schema");
+    assert!(!err.to_string().contains("s3cret-pw"), "{err}");
+}
+
+/// `open` picks Postgres from the URL, schemas keep states apart, and several processes
+/// opening one new schema at once migrate it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_are_separate_states() {
+    let (Some(one), Some(two)) = (
+        PgTestDb::create("schemas_one").await,
+        PgTestDb::create("schemas_two").await,
+    ) else {
+        return;
+    };
+    let opens = (0..4).map(|_| crate::open(one.url()));
+    let stores: Vec<Arc<dyn StateStore>> = futures::future::join_all(opens)
+        .await
+        .into_iter()
+        .map(|s| s.expect("concurrent open"))
+        .collect();
+    let other = crate::open(&format!("postgresql{}", two.url().trim_start_matches("postgres")))
+        .await
+        .expect("postgresql:// form");
+    stores[0].begin_run(&c::apply("d", "wf")).await.expect("begin_run");
+    stores[1].put_resource("d", &c::resource("a")).await.expect("put");
+    assert_eq!(stores[3].load("d").await.expect("load").expect("d").resources.len(), 1);
+    assert_eq!(other.load("d").await.expect("load"), None);
+    assert!(other.list().await.expect("list").is_empty());
+
+    // The tables are in the schema, not in `public`.
+    let mut raw = PgConnection::connect(one.server_url()).await.expect("raw");
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1")
+            .bind(one.schema())
+            .fetch_all(&mut raw)
+            .await
+            .expect("tables");
+    assert_eq!(
+        tables,
+        ["_sqlx_migrations", "deployments", "leases", "resources", "runs"]
+    );
+}
+
+/// Backends are killed (`pg_terminate_backend`) again and again while many steps record their
+/// outcomes: every put either succeeds, and is then stored, or fails as Unavailable. Nothing
+/// reported as written is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_connections_lose_nothing() {
+    const LANES: usize = 8;
+    const PUTS: usize = 150;
+    let Some(db) = PgTestDb::create("terminated_connections").await else {
+        return;
+    };
+    let app = format!("lyra-fault-{:08x}", rand::random::<u32>());
+    let store = Arc::new(
+        PostgresStore::connect(&format!("{}&application_name={app}", db.url()))
+            .await
+            .expect("connect"),
+    );
+    store.begin_run(&c::apply("d", "wf")).await.expect("begin_run");
+
+    let done = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicUsize::new(0));
+    let killer = {
+        let (done, killed, base) = (done.clone(), killed.clone(), db.server_url().to_owned());
+        tokio::spawn(async move {
+            let mut conn = PgConnection::connect(&base).await.expect("killer connect");
+            while !done.load(Ordering::SeqCst) {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                       AND application_name = $1",
+                )
+                .bind(&app)
+                .fetch_one(&mut conn)
+                .await
+                .expect("terminate");
+                killed.fetch_add(usize::try_from(n).unwrap_or(0), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        })
+    };
+
+    let lanes = (0..LANES).map(|lane| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut results = Vec::new();
+            for i in 0..PUTS {
+                let record = c::resource(&format!("lane{lane}/{i:04}"));
+                let result = store.put_resource("d", &record).await;
+                results.push((record, result));
+            }
+            results
+        })
+    });
+    let results: Vec<_> = futures::future::join_all(lanes)
+        .await
+        .into_iter()
+        .flat_map(|r| r.expect("lane"))
+        .collect();
+    done.store(true, Ordering::SeqCst);
+    killer.await.expect("killer");
+
+    let stored = store.load("d").await.expect("load after faults").expect("d");
+    let mut written = 0;
+    for (record, result) in &results {
+        match result {
+            Ok(()) => {
+                written += 1;
+                assert_eq!(stored.resource(&record.step_id), Some(record), "acknowledged put lost");
+            }
+            Err(e) => assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}"),
+        }
+    }
+    let killed = killed.load(Ordering::SeqCst);
+    eprintln!(
+        "{written}/{} puts acknowledged with {killed} backends terminated meanwhile",
+        results.len()
+    );
+    assert!(killed > 0, "the test never terminated a backend");
+    // Retries make faults invisible here: the server stays up.
+    assert_eq!(written, results.len());
+}
+
+/// After retrying for `retry_for`, a call fails as Unavailable, naming the server.
+#[tokio::test]
+async fn exhausted_retries_are_unavailable() {
+    let Some(db) = PgTestDb::create("exhausted_retries").await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url()).await.expect("connect");
+    store.begin_run(&c::apply("d", "wf")).await.expect("begin_run");
+    // The same server through a port nothing listens on: every connection attempt fails.
+    let mut broken = PostgresStore::connect(db.url()).await.expect("connect");
+    broken.pool = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(200))
+        .connect_lazy_with(sqlx::postgres::PgConnectOptions::new().host("127.0.0.1").port(1));
+    broken.retry_for = Duration::from_millis(600);
+    let started = std::time::Instant::now();
+    let err = broken
+        .put_resource("d", &c::resource("a"))
+        .await
+        .expect_err("cannot connect");
+    assert_eq!(err.kind, StoreErrorKind::Unavailable);
+    assert!(
+        err.message
+            .starts_with("lost the connection to the Postgres state at 127.0.0.1:"),
+        "{}",
+        err.message
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = broken
+        .begin_run(&c::apply("d", "wf"))
+        .await
+        .expect_err("cannot connect");
+    assert_eq!(err.kind, StoreErrorKind::Unavailable);
+}

@@ -1,0 +1,41 @@
+//! `kube-emulator --port N --kubeconfig PATH`: runs the Kubernetes API emulator of
+//! `integration_tests::kube_emulator` until Ctrl-C, for pointing kubectl or the controller at
+//! it by hand (`KUBECONFIG=PATH kubectl get crd`).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use integration_tests::kube_emulator::{Config, KubeEmulator};
+
+#[derive(Debug, Parser)]
+#[command(about = "A Kubernetes API server emulator for tests (plain HTTP, no auth)")]
+struct Args {
+    /// Port on 127.0.0.1 to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Where to write a kubeconfig pointing at the server.
+    #[arg(long, default_value = "kube-emulator.kubeconfig")]
+    kubeconfig: PathBuf,
+    /// How many events the watch log keeps.
+    #[arg(long, default_value_t = 100_000)]
+    event_log_capacity: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let config = Config {
+        port: args.port,
+        kubeconfig: Some(args.kubeconfig),
+        event_log_capacity: args.event_log_capacity,
+    };
+    let emu = KubeEmulator::start_with(config).await?;
+    eprintln!(
+        "kube-emulator listening on {}; kubeconfig written to {}",
+        emu.url(),
+        emu.kubeconfig_path().display()
+    );
+    tokio::signal::ctrl_c().await?;
+    emu.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,480 @@
+//! HTTP: parses the Kubernetes REST paths, query parameters and content types, and answers
+//! with discovery documents, objects, lists, Tables, watches or `Status` errors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State as AxumState};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use super::Shared;
+use super::errors::ApiError;
+use super::objects::{DeleteOptions, FieldValidation, PatchKind, Subresource, WriteOptions, Written};
+use super::registry::ResourceType;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::table::{self, IncludeObject};
+use super::watch::{self, Rendering, WatchSpec};
+
+/// A watch without `timeoutSeconds` ends after this long (a real apiserver picks 30-60 min).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+type Params = HashMap<String, String>;
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (code, [("content-type", "application/json")], body.to_string()).into_response()
+}
+
+/// The single entry point: every request lands here.
+pub async fn handle(
+    AxumState(shared): AxumState<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    Query(params): Query<Params>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match route(&shared, &method, &uri, &params, &headers, &body) {
+        Ok(Reply::Json(code, v)) => json_response(code, &v),
+        Ok(Reply::Written(code, w, served)) => {
+            let mut resp = json_response(code, &served);
+            for warning in w.warnings {
+                if let Ok(v) = HeaderValue::from_str(&format!("299 - {warning:?}")) {
+                    resp.headers_mut().append("warning", v);
+                }
+            }
+            resp
+        }
+        Ok(Reply::Watch(spec)) => watch::start(shared, spec),
+        Err(e) => e.into_response(),
+    }
+}
+
+enum Reply {
+    Json(StatusCode, Value),
+    Written(StatusCode, Written, Value),
+    Watch(WatchSpec),
+}
+
+/// A parsed object path: `<base>[/namespaces/<ns>]/<plural>[/<name>[/<subresource>]]`.
+struct Target {
+    rt: Arc<ResourceType>,
+    version: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Subresource,
+}
+
+fn route(
+    shared: &Shared,
+    method: &Method,
+    uri: &Uri,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Reply, ApiError> {
+    let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    if *method == Method::GET
+        && let Some(reply) = discovery(&shared.lock().registry, &segments)
+    {
+        return reply.map(|v| Reply::Json(StatusCode::OK, v));
+    }
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", "v1", rest @ ..] if !rest.is_empty() => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] if !rest.is_empty() => (*g, *v, rest),
+        _ => return Err(ApiError::no_such_path()),
+    };
+    let target = parse_target(shared, group, version, rest)?;
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let parse_body = || {
+        if content_type.contains("protobuf") {
+            super::protobuf::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))
+        } else {
+            parse_json(body)
+        }
+    };
+    let opts = write_options(params);
+    match (method.as_str(), target.name.is_some()) {
+        ("GET", false) if is_true(params.get("watch")) => watch_request(shared, target, params, headers),
+        ("GET", false) => list(shared, &target, params, headers),
+        ("GET", true) => get(shared, &target, headers),
+        ("POST", false) => {
+            let ns = target.namespace.clone().unwrap_or_default();
+            if target.rt.namespaced && target.namespace.is_none() {
+                return Err(ApiError::method_not_allowed());
+            }
+            let obj = parse_body()?;
+            let w = shared.write(|s| s.create(&target.rt, &target.version, &ns, obj, opts))?;
+            written(&target, StatusCode::CREATED, w)
+        }
+        ("PUT", true) => {
+            let obj = parse_body()?;
+            let (ns, name) = named(&target);
+            let w = shared.write(|s| s.update(&target.rt, &target.version, &ns, &name, obj, target.sub, opts))?;
+            written(&target, StatusCode::OK, w)
+        }
+        ("PATCH", true) => {
+            let ct = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let kind = PatchKind::from_content_type(ct).ok_or_else(ApiError::unsupported_media_type)?;
+            let patch = parse_json(body)?;
+            let (ns, name) = named(&target);
+            let w =
+                shared.write(|s| s.patch(&target.rt, &target.version, &ns, &name, kind, &patch, target.sub, opts))?;
+            let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
+            written(&target, code, w)
+        }
+        ("DELETE", true) => {
+            let del = delete_options(body, params)?;
+            let (ns, name) = named(&target);
+            let gone = shared.write(|s| s.delete(&target.rt, &ns, &name, &del, opts.dry_run))?;
+            Ok(Reply::Json(StatusCode::OK, serve(&target, &gone)))
+        }
+        ("DELETE", false) => delete_collection(shared, &target, params, body, opts.dry_run),
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// Discovery and OpenAPI documents, or `None` for any other path.
+fn discovery(reg: &super::registry::Registry, segments: &[&str]) -> Option<Result<Value, ApiError>> {
+    let found = |v: Option<Value>| Some(v.ok_or_else(ApiError::no_such_path));
+    match segments {
+        ["version"] => Some(Ok(version_doc())),
+        ["healthz" | "readyz" | "livez"] => Some(Ok(json!("ok"))),
+        ["api"] => Some(Ok(
+            json!({ "kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [] }),
+        )),
+        ["apis"] => Some(Ok(reg.api_group_list())),
+        ["api", "v1"] => found(reg.api_resource_list("", "v1")),
+        ["apis", g] => found(reg.api_group(g)),
+        ["apis", g, v] => found(reg.api_resource_list(g, v)),
+        ["openapi", "v3"] => {
+            let paths: serde_json::Map<String, Value> = reg
+                .openapi_paths()
+                .into_iter()
+                .map(|p| {
+                    let url = format!("/openapi/v3/{p}?hash=0");
+                    (p, json!({ "serverRelativeURL": url }))
+                })
+                .collect();
+            Some(Ok(json!({ "paths": paths })))
+        }
+        ["openapi", "v3", "api", "v1"] => found(reg.openapi_doc("", "v1")),
+        ["openapi", "v3", "apis", g, v] => found(reg.openapi_doc(g, v)),
+        _ => None,
+    }
+}
+
+fn version_doc() -> Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": "v1.32.0-lyra-kube-emulator",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.23.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+fn parse_target(shared: &Shared, group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
+    // `/api/v1/namespaces/<ns>/status` is the namespace's own status; any other
+    // `namespaces/<ns>/<plural>...` is a namespaced path.
+    let is_ns_subresource = group.is_empty() && rest.len() == 3 && matches!(rest[2], "status" | "finalize");
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() && !is_ns_subresource => (Some(ns.to_string()), tail),
+        _ => (None, rest),
+    };
+    let (plural, name, sub) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(name.to_string()), None),
+        [plural, name, sub] => (*plural, Some(name.to_string()), Some(*sub)),
+        _ => return Err(ApiError::no_such_path()),
+    };
+    let rt = shared
+        .lock()
+        .registry
+        .find(group, version, plural)
+        .ok_or_else(ApiError::no_such_path)?;
+    if namespace.is_some() && !rt.namespaced {
+        return Err(ApiError::no_such_path());
+    }
+    if name.is_some() && rt.namespaced && namespace.is_none() {
+        return Err(ApiError::no_such_path());
+    }
+    let sub = match sub {
+        None => Subresource::Main,
+        Some("status") if rt.status_subresource => Subresource::Status,
+        Some("finalize") if rt.special == super::registry::Special::Namespace => Subresource::Main,
+        Some(_) => return Err(ApiError::no_such_path()),
+    };
+    Ok(Target {
+        rt,
+        version: version.to_string(),
+        namespace,
+        name,
+        sub,
+    })
+}
+
+fn named(t: &Target) -> (String, String) {
+    (
+        t.namespace.clone().unwrap_or_default(),
+        t.name.clone().unwrap_or_default(),
+    )
+}
+
+fn is_true(v: Option<&String>) -> bool {
+    v.is_some_and(|v| v == "true" || v == "1")
+}
+
+fn write_options(params: &Params) -> WriteOptions {
+    WriteOptions {
+        dry_run: params.get("dryRun").is_some_and(|v| v == "All"),
+        field_validation: match params.get("fieldValidation").map(String::as_str) {
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            _ => FieldValidation::Warn,
+        },
+    }
+}
+
+fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the request body is not JSON (YAML bodies are not supported): {e}"
+        ))
+    })
+}
+
+fn delete_options(body: &Bytes, params: &Params) -> Result<DeleteOptions, ApiError> {
+    let mut opts = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        DeleteOptions::from_body(&parse_json(body)?)
+    };
+    if params.get("propagationPolicy").is_some_and(|p| p == "Orphan") {
+        opts.orphan = true;
+    }
+    Ok(opts)
+}
+
+/// The object at the requested version (objects are stored once, whatever version wrote them).
+fn serve(t: &Target, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    o["apiVersion"] = json!(t.rt.api_version(&t.version));
+    o
+}
+
+fn written(t: &Target, code: StatusCode, w: Written) -> Result<Reply, ApiError> {
+    let served = serve(t, &w.object);
+    Ok(Reply::Written(code, w, served))
+}
+
+/// What the Accept header asks for.
+fn rendering(headers: &HeaderMap, params: &Params) -> Rendering {
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    // The first alternative the server can produce wins; JSON objects are always possible.
+    for alt in accept.split(',') {
+        if alt.contains("as=Table") {
+            return Rendering::Table(IncludeObject::from_query(
+                params.get("includeObject").map(String::as_str),
+            ));
+        }
+        if alt.contains("as=PartialObjectMetadata") {
+            return Rendering::PartialMetadata;
+        }
+        if alt.contains("json") || alt.trim().starts_with("*/*") {
+            return Rendering::Object;
+        }
+    }
+    Rendering::Object
+}
+
+fn get(shared: &Shared, t: &Target, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let (ns, name) = named(t);
+    let obj = shared.lock().get(&t.rt, &ns, &name)?;
+    let served = serve(t, &obj);
+    let body = match rendering(headers, &HashMap::new()) {
+        Rendering::Object => served,
+        Rendering::PartialMetadata => table::partial_metadata(&served),
+        Rendering::Table(include) => {
+            let columns =
+                t.rt.version(&t.version)
+                    .map(|v| v.columns.as_slice())
+                    .unwrap_or_default();
+            let rv = served["metadata"]["resourceVersion"].clone();
+            table::table(columns, &[&served], json!({ "resourceVersion": rv }), include)
+        }
+    };
+    Ok(Reply::Json(StatusCode::OK, body))
+}
+
+fn selectors(params: &Params) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(params.get("labelSelector").map_or("", String::as_str))?;
+    let fields = FieldSelector::parse(params.get("fieldSelector").map_or("", String::as_str))?;
+    Ok((labels, fields))
+}
+
+fn list(shared: &Shared, t: &Target, params: &Params, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let (labels, fields) = selectors(params)?;
+    let limit = params
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let after = match params.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(decode_continue(token)?),
+        None => None,
+    };
+    let id = t.rt.id();
+    let (mut items, rv) = {
+        let state = shared.lock();
+        let ns = t.namespace.as_deref();
+        let selected = |o: &&Arc<Value>| labels.matches(o) && fields.matches(o);
+        let items: Vec<Arc<Value>> = match (fields.pinned_name(), ns) {
+            (Some(name), Some(ns)) => state
+                .store
+                .get(&id, ns, name)
+                .into_iter()
+                .filter(selected)
+                .cloned()
+                .collect(),
+            _ => state
+                .store
+                .list(&id, ns)
+                .filter(|o| after.as_ref().is_none_or(|a| super::store::key_of(o) > *a))
+                .filter(selected)
+                .cloned()
+                .collect(),
+        };
+        (items, state.store.current_rv())
+    };
+    let mut meta = json!({ "resourceVersion": rv.to_string() });
+    if let Some(limit) = limit
+        && items.len() > limit
+    {
+        let remaining = items.len() - limit;
+        items.truncate(limit);
+        let (ns, name) = super::store::key_of(items.last().expect("limit > 0"));
+        meta["continue"] = json!(encode_continue(&ns, &name));
+        meta["remainingItemCount"] = json!(remaining);
+    }
+    let served: Vec<Value> = items.iter().map(|o| serve(t, o)).collect();
+    let body = match rendering(headers, params) {
+        Rendering::Table(include) => {
+            let columns =
+                t.rt.version(&t.version)
+                    .map(|v| v.columns.as_slice())
+                    .unwrap_or_default();
+            let refs: Vec<&Value> = served.iter().collect();
+            table::table(columns, &refs, meta, include)
+        }
+        Rendering::PartialMetadata => json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": meta,
+            "items": served.iter().map(table::partial_metadata).collect::<Vec<_>>(),
+        }),
+        Rendering::Object => json!({
+            "kind": t.rt.list_kind,
+            "apiVersion": t.rt.api_version(&t.version),
+            "metadata": meta,
+            "items": served,
+        }),
+    };
+    Ok(Reply::Json(StatusCode::OK, body))
+}
+
+fn encode_continue(ns: &str, name: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!([ns, name]).to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
+    let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let (ns, name): (String, String) = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    Ok((ns, name))
+}
+
+fn watch_request(shared: &Shared, t: Target, params: &Params, headers: &HeaderMap) -> Result<Reply, ApiError> {
+    let (labels, fields) = selectors(params)?;
+    let send_initial = is_true(params.get("sendInitialEvents"));
+    let from = match params.get("resourceVersion").map(String::as_str) {
+        None | Some("" | "0") => None,
+        Some(_) if send_initial => None,
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
+        ),
+    };
+    if let Some(rv) = from
+        && let Err(oldest) = shared.lock().store.events_after(rv).map(|_| ())
+    {
+        return Err(ApiError::expired(rv, oldest));
+    }
+    let timeout = params
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
+    Ok(Reply::Watch(WatchSpec {
+        rendering: rendering(headers, params),
+        rt: t.rt,
+        version: t.version,
+        namespace: t.namespace,
+        labels,
+        fields,
+        from,
+        initial_events_bookmark: send_initial,
+        timeout,
+    }))
+}
+
+fn delete_collection(
+    shared: &Shared,
+    t: &Target,
+    params: &Params,
+    body: &Bytes,
+    dry_run: bool,
+) -> Result<Reply, ApiError> {
+    let (labels, fields) = selectors(params)?;
+    let del = delete_options(body, params)?;
+    let id = t.rt.id();
+    let deleted = shared.write(|s| {
+        let keys: Vec<(String, String)> = s
+            .store
+            .list(&id, t.namespace.as_deref())
+            .filter(|o| labels.matches(o) && fields.matches(o))
+            .map(|o| super::store::key_of(o))
+            .collect();
+        let mut deleted = Vec::new();
+        for (ns, name) in keys {
+            if let Ok(obj) = s.delete(&t.rt, &ns, &name, &del, dry_run) {
+                deleted.push(serve(t, &obj));
+            }
+        }
+        Ok(deleted)
+    })?;
+    let rv = shared.lock().store.current_rv();
+    Ok(Reply::Json(
+        StatusCode::OK,
+        json!({
+            "kind": t.rt.list_kind,
+            "apiVersion": t.rt.api_version(&t.version),
+            "metadata": { "resourceVersion": rv.to_string() },
+            "items": deleted,
+        }),
+    ))
+}

@@ -1,0 +1,235 @@
+//! Leases: one writer per deployment at a time, across processes, on SQLite and on Postgres.
+//! A second writer is refused at once (exit 3, naming the holder) or waits with
+//! `--lock-timeout`; a crashed holder's lease expires or is broken with `state unlock --force`;
+//! `plan` never needs the lease.
+
+use std::process::Child;
+use std::time::Duration;
+
+use integration_tests::{Lyra, count, pg_or_skip, sleeps_workflow, wait_until};
+
+/// 12 sleeps of 300ms, 4 at a time: about a second of holding the lease.
+fn slow(lyra: &Lyra) {
+    lyra.write_workflow("slow", &sleeps_workflow(12, "300ms"));
+}
+
+/// Waits until someone holds the lease on `deployment` and returns its JSON.
+#[track_caller]
+fn wait_for_lease(lyra: &Lyra, deployment: &str) -> serde_json::Value {
+    let mut lease = serde_json::Value::Null;
+    let held = wait_until(Duration::from_secs(30), || {
+        let run = lyra.run(&["state", "list", "-o", "json"]);
+        if run.code != Some(0) {
+            return false;
+        }
+        let list = run.json();
+        let found = list
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| d["deployment"] == deployment)
+            .map(|d| d["lease"].clone());
+        match found {
+            Some(l) if !l.is_null() => {
+                lease = l;
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(held, "no lease on {deployment} appeared");
+    lease
+}
+
+fn wait_ok(lyra: &Lyra, child: &mut Child, tag: &str) {
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{tag}: {status:?} {:?}", lyra.spawned_output(tag));
+}
+
+/// Two applies started together: exactly one runs, the other is refused naming the holder.
+fn two_applies_exactly_one_runs(lyra: &Lyra) {
+    slow(lyra);
+    let args = ["apply", "slow", "--concurrency", "4", "-o", "json"];
+    let mut a = lyra.spawn("a", &args);
+    let mut b = lyra.spawn("b", &args);
+    let (sa, sb) = (a.wait().expect("wait a"), b.wait().expect("wait b"));
+    let codes = [sa.code(), sb.code()];
+    assert!(
+        codes.contains(&Some(0)) && codes.contains(&Some(3)),
+        "one runs, one is refused with 3: {codes:?}\na: {:?}\nb: {:?}",
+        lyra.spawned_output("a"),
+        lyra.spawned_output("b")
+    );
+    let refused = if sa.code() == Some(3) { "a" } else { "b" };
+    let (out, err) = lyra.spawned_output(refused);
+    assert!(out.is_empty(), "a refused run prints no report: {out}");
+    assert!(
+        err.contains("deployment 'slow' is locked") && err.contains("is running apply since"),
+        "{err}"
+    );
+    assert!(err.contains('@'), "the holder is named user@host: {err}");
+    assert_eq!(lyra.state("slow")["resources"].as_array().map(Vec::len), Some(12));
+    // Exactly one run in the history: the refused one never started.
+    assert_eq!(lyra.history("slow").len(), 1);
+}
+
+/// With `--lock-timeout`, the second waits for the first and then has nothing to do.
+fn the_second_waits_with_a_lock_timeout(lyra: &Lyra) {
+    slow(lyra);
+    let args = [
+        "apply",
+        "slow",
+        "--concurrency",
+        "4",
+        "--lock-timeout",
+        "30s",
+        "-o",
+        "json",
+    ];
+    let mut a = lyra.spawn("a", &args);
+    let mut b = lyra.spawn("b", &args);
+    wait_ok(lyra, &mut a, "a");
+    wait_ok(lyra, &mut b, "b");
+    let reports: Vec<serde_json::Value> = ["a", "b"]
+        .iter()
+        .map(|t| serde_json::from_str(&lyra.spawned_output(t).0).expect("a JSON report"))
+        .collect();
+    let mut created: Vec<u64> = reports.iter().map(|r| count(r, "created")).collect();
+    created.sort_unstable();
+    assert_eq!(
+        created,
+        [0, 12],
+        "one creates everything, the other nothing: {reports:#?}"
+    );
+    let waited = if count(&reports[0], "created") == 0 { "a" } else { "b" };
+    assert_eq!(count(&reports[if waited == "a" { 0 } else { 1 }], "unchanged"), 12);
+    assert!(
+        lyra.spawned_output(waited)
+            .1
+            .contains("waiting up to 30s for the lease on 'slow'"),
+        "{:?}",
+        lyra.spawned_output(waited)
+    );
+}
+
+#[test]
+fn sqlite_two_applies_exactly_one_runs() {
+    let lyra = Lyra::new();
+    // The state file exists before the two processes race to open it.
+    lyra.ok(&["state", "list"]);
+    two_applies_exactly_one_runs(&lyra);
+}
+
+#[test]
+fn sqlite_the_second_waits_with_a_lock_timeout() {
+    let lyra = Lyra::new();
+    lyra.ok(&["state", "list"]);
+    the_second_waits_with_a_lock_timeout(&lyra);
+}
+
+#[test]
+fn postgres_two_applies_exactly_one_runs() {
+    let pg = pg_or_skip!();
+    let lyra = Lyra::new().with_state(&pg.url);
+    lyra.ok(&["state", "list"]);
+    two_applies_exactly_one_runs(&lyra);
+}
+
+#[test]
+fn postgres_the_second_waits_with_a_lock_timeout() {
+    let pg = pg_or_skip!();
+    let lyra = Lyra::new().with_state(&pg.url);
+    lyra.ok(&["state", "list"]);
+    the_second_waits_with_a_lock_timeout(&lyra);
+}
+
+#[test]
+fn plan_needs_no_lease_and_the_lease_is_shown() {
+    let lyra = Lyra::new();
+    slow(&lyra);
+    lyra.ok(&["state", "list"]);
+    let mut a = lyra.spawn("a", &["apply", "slow", "--concurrency", "2"]);
+    let lease = wait_for_lease(&lyra, "slow");
+    assert_eq!(lease["operation"], "apply");
+    assert!(lease["owner"].as_str().is_some_and(|o| o.contains('@')), "{lease}");
+    for key in ["since", "expires"] {
+        assert!(lease[key].as_str().is_some_and(|t| t.ends_with('Z')), "{key}: {lease}");
+    }
+    // A plan runs while the apply holds the lease.
+    lyra.ok(&["plan", "slow"]);
+    let shown = lyra.state("slow");
+    assert_eq!(shown["lease"]["operation"], "apply", "{shown}");
+    wait_ok(&lyra, &mut a, "a");
+    assert!(lyra.state("slow")["lease"].is_null(), "released at the end");
+}
+
+/// Kills a run holding the lease; returns once it is dead.
+fn kill_holder(lyra: &Lyra, args: &[&str]) {
+    let mut child = lyra.spawn("holder", args);
+    wait_for_lease(lyra, "slow");
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+}
+
+#[test]
+fn a_crashed_holders_lease_is_broken_with_unlock_force() {
+    let lyra = Lyra::new();
+    slow(&lyra);
+    lyra.ok(&["state", "list"]);
+    kill_holder(&lyra, &["apply", "slow", "--concurrency", "1"]);
+
+    lyra.run(&["apply", "slow"])
+        .expect_code(3)
+        .expect_stderr(&["state unlock slow --force"]);
+    // Without --force, unlock only shows the holder.
+    lyra.run(&["state", "unlock", "slow"])
+        .expect_code(2)
+        .expect_stderr(&["is running apply since", "--force"]);
+    let unlocked = lyra.ok(&["state", "unlock", "slow", "--force"]);
+    assert!(unlocked.stdout.contains("unlocked 'slow'"), "{unlocked}");
+    let history = lyra.history("slow");
+    assert_eq!(history[0]["operation"], "unlock", "{history:#?}");
+    assert!(
+        history[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("broke the lease")),
+        "{history:#?}"
+    );
+    let report = lyra.ok_json(&["apply", "slow"]);
+    assert_eq!(report["outcome"], "succeeded");
+    assert_eq!(count(&report, "created") + count(&report, "unchanged"), 12);
+}
+
+#[test]
+fn a_crashed_holders_lease_expires() {
+    let lyra = Lyra::new();
+    slow(&lyra);
+    lyra.ok(&["state", "list"]);
+    kill_holder(&lyra, &["apply", "slow", "--concurrency", "1", "--lease-ttl", "1s"]);
+    // Refused while the lease lasts, admitted after it lapses: waiting covers both.
+    let report = lyra.ok_json(&["apply", "slow", "--lock-timeout", "20s"]);
+    assert_eq!(report["outcome"], "succeeded");
+    assert!(lyra.state("slow")["lease"].is_null());
+}
+
+#[test]
+fn delete_and_state_rm_take_the_lease_too() {
+    let lyra = Lyra::new();
+    // Slow to delete as well as to create.
+    lyra.write_workflow(
+        "slow",
+        &sleeps_workflow(12, "10ms").replace(
+            "create_duration: 10ms",
+            "create_duration: 10ms\n      destroy_duration: 300ms",
+        ),
+    );
+    lyra.ok(&["apply", "slow"]);
+    let mut a = lyra.spawn("a", &["apply", "slow", "--name", "other"]);
+    let mut holder = lyra.spawn("holder", &["delete", "slow", "--concurrency", "1"]);
+    wait_for_lease(&lyra, "slow");
+    lyra.run(&["state", "rm", "slow", "s000"])
+        .expect_code(3)
+        .expect_stderr(&["is running delete since"]);
+    wait_ok(&lyra, &mut holder, "holder");
+    wait_ok(&lyra, &mut a, "a");
+}
