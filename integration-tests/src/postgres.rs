@@ -1,5 +1,5 @@
 //! A Postgres state for one test: a schema of its own in the test database, dropped when the
-//! test ends. The server is the real one (`$LYRA_TEST_POSTGRES`, default
+//! test ends. The server is the real one (`$LYRA_TEST_POSTGRES_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/test`); the tests reach it only through `lyra` itself
 //! (which creates the schema named by `?schema=`) and `psql` (which drops it).
 //!
@@ -15,7 +15,7 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// The server URL the tests use.
 pub fn server_url() -> String {
-    std::env::var("LYRA_TEST_POSTGRES").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    std::env::var("LYRA_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 
 fn host_port(url: &str) -> (String, u16) {
@@ -43,10 +43,10 @@ pub fn available() -> bool {
     let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
     assert!(
         !ci,
-        "CI=true but Postgres is not reachable at {host}:{port} (set LYRA_TEST_POSTGRES, or start it: \
+        "CI=true but Postgres is not reachable at {host}:{port} (set LYRA_TEST_POSTGRES_URL, or start it: \
          pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start)"
     );
-    eprintln!("skipped: Postgres is not reachable at {host}:{port} (set LYRA_TEST_POSTGRES to run this test)");
+    eprintln!("skipped: Postgres is not reachable at {host}:{port} (set LYRA_TEST_POSTGRES_URL to run this test)");
     false
 }
 

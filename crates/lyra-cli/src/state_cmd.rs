@@ -414,6 +414,9 @@ async fn write_deployment(
 }
 
 pub async fn migrate(a: &args::StateMigrateArgs) -> Result<(), Exit> {
+    if a.from == a.to {
+        return Err(Exit::usage("--from and --to name the same state store"));
+    }
     let from = open_state(Some(&a.from)).await?;
     let to = open_state(Some(&a.to)).await?;
     let source = format!("migrated from {}", redact_url(&a.from));

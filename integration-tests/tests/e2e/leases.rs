@@ -233,3 +233,27 @@ fn delete_and_state_rm_take_the_lease_too() {
     wait_ok(&lyra, &mut holder, "holder");
     wait_ok(&lyra, &mut a, "a");
 }
+
+/// Leases are per deployment: runs on different deployments of one Postgres state proceed
+/// side by side (each would be refused with exit 3 if the lock were global).
+#[test]
+fn postgres_different_deployments_do_not_block_each_other() {
+    let pg = pg_or_skip!();
+    let lyra = Lyra::new().with_state(&pg.url);
+    slow(&lyra);
+    lyra.ok(&["state", "list"]);
+    let mut children: Vec<_> = (0..3)
+        .map(|i| lyra.spawn(&format!("d{i}"), &["apply", "slow", "--name", &format!("d{i}")]))
+        .collect();
+    for (i, child) in children.iter_mut().enumerate() {
+        wait_ok(&lyra, child, &format!("d{i}"));
+    }
+    let list = lyra.ok_json(&["state", "list"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(3), "{list:#}");
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["resource_count"] == 12 && d["lease"].is_null())
+    );
+}

@@ -223,13 +223,17 @@ fn connections_terminated_mid_run_lose_nothing() {
          WHERE pid <> pg_backend_pid() AND application_name = 'lyra-{}'",
         child.id()
     );
-    let mut cuts = 0;
+    let (mut cuts, mut terminated) = (0, 0);
     let finished = wait_until(Duration::from_secs(60), || {
         if let Ok(Some(_)) = child.try_wait() {
             return true;
         }
         let out = psql(&terminate);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        terminated += String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .find_map(|w| w.parse::<u32>().ok())
+            .unwrap_or(0);
         cuts += 1;
         std::thread::sleep(Duration::from_millis(150));
         false
@@ -239,6 +243,11 @@ fn connections_terminated_mid_run_lose_nothing() {
     let (out, err) = lyra.spawned_output("apply");
     assert!(!err.contains("panicked"), "{err}");
     assert!(cuts >= 3, "the connections were cut during the run ({cuts} times)");
+    assert!(terminated > 0, "the server terminated some of the apply's connections");
+    eprintln!(
+        "{cuts} rounds terminated {terminated} connections; the apply exited {:?}",
+        status.code()
+    );
     match status.code() {
         Some(0) => {}
         Some(1) => assert!(
