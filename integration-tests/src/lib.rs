@@ -40,32 +40,42 @@ pub fn workspace_dir() -> PathBuf {
 /// The `lyra` binary under test (see the crate docs for where it is looked for).
 pub fn lyra_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("LYRA_BIN") {
-            let p = PathBuf::from(p);
-            assert!(p.is_file(), "LYRA_BIN={} is not a file", p.display());
-            return p;
-        }
-        let name = format!("lyra{}", std::env::consts::EXE_SUFFIX);
-        // The test executable is <target>/<profile>/deps/e2e-<hash>: the binary built with the
-        // same profile and target directory is <target>/<profile>/lyra.
-        let beside = std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().and_then(Path::parent).map(|profile| profile.join(&name)));
-        let fallback = workspace_dir().join("target").join("debug").join(&name);
-        beside
-            .into_iter()
-            .chain([fallback.clone()])
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| {
-                panic!(
-                    "the lyra binary was not found (looked beside the test executable and at {}): \
-                 run `cargo build -p lyra-cli` before these tests, or set LYRA_BIN",
-                    fallback.display()
-                )
-            })
-    })
-    .clone()
+    BIN.get_or_init(|| workspace_bin("lyra", "LYRA_BIN", "lyra-cli")).clone()
+}
+
+/// The `lyra-controller` binary under test: `$LYRA_CONTROLLER_BIN`, else found like `lyra`.
+pub fn controller_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| workspace_bin("lyra-controller", "LYRA_CONTROLLER_BIN", "lyra-controller"))
+        .clone()
+}
+
+/// A binary of this workspace, built beforehand: `$env` if set, else beside the test
+/// executable's profile directory, else `<workspace>/target/debug/`.
+fn workspace_bin(name: &str, env: &str, package: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "{env}={} is not a file", p.display());
+        return p;
+    }
+    let name = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    // The test executable is <target>/<profile>/deps/e2e-<hash>: the binary built with the
+    // same profile and target directory is <target>/<profile>/<name>.
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().and_then(Path::parent).map(|profile| profile.join(&name)));
+    let fallback = workspace_dir().join("target").join("debug").join(&name);
+    beside
+        .into_iter()
+        .chain([fallback.clone()])
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} was not found (looked beside the test executable and at {}): \
+                 run `cargo build -p {package}` before these tests, or set {env}",
+                fallback.display()
+            )
+        })
 }
 
 /// The compatibility corpus, or `None` (after saying why) when it is missing outside CI.

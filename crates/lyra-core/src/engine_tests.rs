@@ -226,6 +226,20 @@ impl Fixture {
         v
     }
 
+    /// `lyra delete d`.
+    fn delete(&self) -> Report {
+        let sources = Sources::default();
+        let engine = Engine {
+            providers: &self.providers,
+            store: &self.store,
+            observer: &Quiet,
+            sources: &sources,
+            concurrency: 4,
+            cancel: &self.cancel,
+        };
+        block_on(engine.delete("d", "test")).unwrap()
+    }
+
     /// What a crash between `create` and recording it leaves: the intent only.
     fn crash_after_create(&self, step_id: &str) {
         let mut m = self.store.deployments.lock().unwrap();
@@ -327,16 +341,7 @@ fn deletion_runs_dependents_first() {
     let f = Fixture::new();
     f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
     f.log();
-    let sources = Sources::default();
-    let engine = Engine {
-        providers: &f.providers,
-        store: &f.store,
-        observer: &Quiet,
-        sources: &sources,
-        concurrency: 4,
-        cancel: &f.cancel,
-    };
-    let r = block_on(engine.delete("d", "test")).unwrap();
+    let r = f.delete();
     assert_eq!(r.counts.deleted, 3);
     let log = f.log();
     let pos = |s: &str| log.iter().position(|l| l == s).unwrap();
@@ -521,16 +526,7 @@ fn a_pending_record_the_provider_cannot_check_is_reported_not_created_again() {
     assert_eq!(f.log(), ["lookup a"], "nothing is created blindly");
     assert!(f.record("a").pending, "the trace stays until someone decides");
 
-    let sources = Sources::default();
-    let engine = Engine {
-        providers: &f.providers,
-        store: &f.store,
-        observer: &Quiet,
-        sources: &sources,
-        concurrency: 4,
-        cancel: &f.cancel,
-    };
-    let r = block_on(engine.delete("d", "test")).unwrap();
+    let r = f.delete();
     assert_eq!(step(&r, "a").status, Status::Failed);
     assert_eq!(f.ids(), ["a"], "the others are deleted, the unknown one is kept");
 }

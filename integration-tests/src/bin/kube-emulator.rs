@@ -1,5 +1,5 @@
 //! `kube-emulator --port N --kubeconfig PATH`: runs the Kubernetes API emulator of
-//! `integration_tests::kube_emulator` until Ctrl-C, for pointing kubectl or the controller at
+//! `integration_tests::kube_emulator` until Ctrl-C or SIGTERM, for pointing kubectl or the controller at
 //! it by hand (`KUBECONFIG=PATH kubectl get crd`).
 
 use std::path::PathBuf;
@@ -35,7 +35,23 @@ async fn main() -> anyhow::Result<()> {
         emu.url(),
         emu.kubeconfig_path().display()
     );
-    tokio::signal::ctrl_c().await?;
+    stopped().await?;
+    eprintln!("kube-emulator: shutting down");
     emu.shutdown().await;
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what `kill` and process supervisors send; background jobs of a
+/// non-interactive shell ignore SIGINT).
+async fn stopped() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await
 }

@@ -121,11 +121,7 @@ fn route(
             written(&target, StatusCode::OK, w)
         }
         ("PATCH", true) => {
-            let ct = headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
-            let kind = PatchKind::from_content_type(ct).ok_or_else(ApiError::unsupported_media_type)?;
+            let kind = PatchKind::from_content_type(content_type).ok_or_else(ApiError::unsupported_media_type)?;
             let patch = parse_json(body)?;
             let (ns, name) = named(&target);
             let w =
@@ -337,25 +333,26 @@ fn list(shared: &Shared, t: &Target, params: &Params, headers: &HeaderMap) -> Re
         Some(token) => Some(decode_continue(token)?),
         None => None,
     };
-    let id = t.rt.id();
+    let id = t.rt.store_id();
     let (mut items, rv) = {
         let state = shared.lock();
         let ns = t.namespace.as_deref();
-        let selected = |o: &&Arc<Value>| labels.matches(o) && fields.matches(o);
+        // Selectors see the requested view (`regarding.name` of an events.k8s.io Event).
+        let selected = |o: &Arc<Value>| labels.matches(o) && fields.matches(o);
         let items: Vec<Arc<Value>> = match (fields.pinned_name(), ns) {
             (Some(name), Some(ns)) => state
                 .store
                 .get(&id, ns, name)
+                .map(|o| t.rt.view(o))
                 .into_iter()
                 .filter(selected)
-                .cloned()
                 .collect(),
             _ => state
                 .store
                 .list(&id, ns)
                 .filter(|o| after.as_ref().is_none_or(|a| super::store::key_of(o) > *a))
+                .map(|o| t.rt.view(o))
                 .filter(selected)
-                .cloned()
                 .collect(),
         };
         (items, state.store.current_rv())
@@ -451,13 +448,14 @@ fn delete_collection(
 ) -> Result<Reply, ApiError> {
     let (labels, fields) = selectors(params)?;
     let del = delete_options(body, params)?;
-    let id = t.rt.id();
+    let id = t.rt.store_id();
     let deleted = shared.write(|s| {
         let keys: Vec<(String, String)> = s
             .store
             .list(&id, t.namespace.as_deref())
+            .map(|o| t.rt.view(o))
             .filter(|o| labels.matches(o) && fields.matches(o))
-            .map(|o| super::store::key_of(o))
+            .map(|o| super::store::key_of(&o))
             .collect();
         let mut deleted = Vec::new();
         for (ns, name) in keys {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::errors::FieldError;
-use super::registry::{ResourceType, Special, Version, version_priority};
+use super::registry::{ResourceType, Special, Storage, Version, version_priority};
 use super::schema::Schema;
 use super::table::Column;
 
@@ -171,6 +171,7 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, Vec<FieldError>> {
         has_generation: true,
         crd_uid: crd.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string),
         special: Special::None,
+        storage: Storage::Own,
     })
 }
 

@@ -6,13 +6,29 @@
 //! kubeconfig pointing at itself; [`BlockingKubeEmulator`] does the same for synchronous
 //! tests. The `kube-emulator` binary runs one for people.
 //!
+//! ```no_run
+//! use integration_tests::kube_emulator::BlockingKubeEmulator;
+//! use integration_tests::kube_emulator::kubectl::{Kubectl, kubectl_or_skip};
+//!
+//! let Some(bin) = kubectl_or_skip("my_test") else { return };
+//! let emu = BlockingKubeEmulator::start().unwrap();
+//! let kubectl = Kubectl::new(bin, emu.kubeconfig_path()); // fresh KUBECACHEDIR
+//! assert!(kubectl.ok(&["get", "namespaces", "-o", "name"]).contains("namespace/default"));
+//! // kube-rs: `kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(path)?, ..)`, or
+//! // `KubeEmulator::start().await` inside a tokio test.
+//! ```
+//!
 //! # What it does
 //! - Discovery (`/api`, `/apis`, group and group-version documents, `/version`) and the tiny
 //!   `/openapi/v3` documents that make kubectl trust server-side validation.
 //! - Built-in `v1` Namespaces (with termination), ConfigMaps, Secrets (`stringData`),
-//!   ServiceAccounts (a `default` one per namespace), Events, `events.k8s.io/v1` Events,
-//!   `coordination.k8s.io/v1` Leases, and `apiextensions.k8s.io/v1` CRDs, which register their
-//!   kind at once (`Established`, `NamesAccepted`) and drop its objects when deleted.
+//!   ServiceAccounts (a `default` one per namespace), Events, `coordination.k8s.io/v1` Leases,
+//!   and `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
+//!   `NamesAccepted`) and drop its objects when deleted.
+//! - `events.k8s.io/v1` Events as a second view of the core Events, as on a real apiserver:
+//!   one storage in the core form, renamed fields converted on every read and write. So what
+//!   kube-rs's `Recorder` writes shows in `kubectl describe` and `kubectl get events`, and
+//!   writes, field selectors (each view's own names) and watches work through either view.
 //! - Create/get/list/update/patch (merge, JSON with `test`, apply, strategic-as-merge)/delete
 //!   with uid, generation (bumped on spec changes only), resourceVersion conflicts, the status
 //!   subresource split, finalizers and `deletionTimestamp`, `dryRun=All`, label and field
@@ -33,8 +49,7 @@
 //!   and fields missing from a later apply are not removed. Strategic merge patch is a merge
 //!   patch (lists are replaced), and CRs reject it with 415 as a real apiserver does.
 //! - `propagationPolicy: Foreground` is treated as Background; deleting a CRD drops its
-//!   objects at once, finalizers or not. Core and `events.k8s.io` Events are stored
-//!   separately (a real apiserver converts between them).
+//!   objects at once, finalizers or not.
 //! - Field selectors accept any dotted path (a real apiserver allows a per-kind list);
 //!   list `resourceVersion`/`resourceVersionMatch` are ignored (lists are always current),
 //!   continue tokens are not snapshots, bookmarks are sent only after `sendInitialEvents`.
@@ -45,6 +60,7 @@
 mod api;
 mod crd;
 pub mod errors;
+mod events;
 mod jsonpath;
 pub mod kubectl;
 pub mod objects;
@@ -65,6 +81,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::serve::ListenerExt as _;
 use tokio::sync::watch as signal;
 
 use objects::State;
@@ -202,6 +219,11 @@ impl KubeEmulator {
             .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
             .with_state(shared.clone());
         let mut stop = shared.shutdown.subscribe();
+        // Go's net/http (and so the real apiserver) disables Nagle; without that, small watch
+        // chunks meet delayed ACKs and stall for 40 ms.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {

@@ -205,11 +205,18 @@ impl State {
         state
     }
 
+    /// The object as `rt` serves it (a kind may be a view of another kind's storage).
     pub fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
         self.store
-            .get(&rt.id(), ns, name)
-            .cloned()
+            .get(&rt.store_id(), ns, name)
+            .map(|o| rt.view(o))
             .ok_or_else(|| rt.not_found(name))
+    }
+
+    /// Stores an object given as `rt` serves it, and returns it as stored, in that view.
+    fn put(&mut self, rt: &ResourceType, obj: Value) -> Arc<Value> {
+        let stored = self.store.put(&rt.store_id(), rt.to_storage(obj));
+        rt.view(&stored)
     }
 
     /// A namespaced object may only be created in an existing, non-terminating namespace.
@@ -315,6 +322,10 @@ impl State {
         if !obj.is_object() {
             return Err(ApiError::bad_request("the body of the request must be a JSON object"));
         }
+        // The kind may have been unregistered (its CRD deleted) since the request was routed.
+        if self.registry.by_id(&rt.id()).is_none_or(|t| t.crd_uid != rt.crd_uid) {
+            return Err(ApiError::no_such_path());
+        }
         if let Some(kind) = obj["kind"].as_str()
             && kind != rt.kind
         {
@@ -379,7 +390,7 @@ impl State {
             m.remove("status");
         }
         let warnings = self.admit(rt, version, None, &mut obj, opts)?;
-        if self.store.get(&rt.id(), ns, &name).is_some() {
+        if self.store.get(&rt.store_id(), ns, &name).is_some() {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
         if opts.dry_run {
@@ -389,7 +400,7 @@ impl State {
                 warnings,
             });
         }
-        let stored = self.store.put(&rt.id(), obj);
+        let stored = self.put(rt, obj);
         self.after_write(rt, &stored);
         if rt.special == Special::Namespace && self.store.get("serviceaccounts", &name, "default").is_none() {
             // What the service-account controller does in a real cluster.
@@ -548,16 +559,15 @@ impl State {
                 warnings,
             });
         }
-        let id = rt.id();
         if new["metadata"].get("deletionTimestamp").is_some() && finalizers_empty(&new) {
-            let gone = self.remove_object(&id, new);
+            let gone = self.remove_object(&rt.store_id(), rt.to_storage(new));
             return Ok(Written {
-                object: gone,
+                object: rt.view(&gone),
                 created: false,
                 warnings,
             });
         }
-        let stored = self.store.put(&id, new);
+        let stored = self.put(rt, new);
         self.after_write(rt, &stored);
         Ok(Written {
             object: stored,
@@ -582,8 +592,8 @@ impl State {
         if kind == PatchKind::Strategic && rt.crd_uid.is_some() {
             return Err(ApiError::unsupported_media_type());
         }
-        let old = match self.store.get(&rt.id(), ns, name) {
-            Some(o) => o.clone(),
+        let old = match self.get(rt, ns, name).ok() {
+            Some(o) => o,
             None if kind == PatchKind::Apply && sub == Subresource::Main => {
                 let mut body = patch.clone();
                 if meta_str(&body, "name").is_none() {
@@ -652,7 +662,6 @@ impl State {
             );
             return Err(ApiError::conflict(&rt.group, &rt.plural, name, &why));
         }
-        let id = rt.id();
         let needs_wait = !finalizers_empty(&old) || rt.special == Special::Namespace;
         if needs_wait {
             if old["metadata"].get("deletionTimestamp").is_some() {
@@ -671,24 +680,25 @@ impl State {
             if dry_run {
                 return Ok(Arc::new(marked));
             }
-            let stored = self.store.put(&id, marked);
+            let stored = self.put(rt, marked);
             if rt.special == Special::Namespace {
                 self.empty_namespace(name);
-                return Ok(self.store.get(&id, "", name).cloned().unwrap_or(stored));
+                return Ok(self.get(rt, "", name).unwrap_or(stored));
             }
             return Ok(stored);
         }
         if dry_run {
             return Ok(old);
         }
-        let gone = self.remove_object(&id, (*old).clone());
+        let gone = rt.view(&self.remove_object(&rt.store_id(), rt.to_storage((*old).clone())));
         if !opts.orphan {
             self.collect_garbage(meta_str(&gone, "uid").unwrap_or_default());
         }
         Ok(gone)
     }
 
-    /// Removes an object for good, with the side effects of its kind.
+    /// Removes an object for good, with the side effects of its kind; `id` is a store key and
+    /// `last` is in its stored form.
     fn remove_object(&mut self, id: &str, last: Value) -> Arc<Value> {
         let gone = self.store.remove(id, last);
         let rt = self.registry.by_id(id);
@@ -718,7 +728,13 @@ impl State {
 
     /// Deletes everything in a terminating namespace, then the namespace once it is empty.
     fn empty_namespace(&mut self, ns: &str) {
-        let types: Vec<Arc<ResourceType>> = self.registry.types().filter(|t| t.namespaced).cloned().collect();
+        // Views of another kind's storage would delete its objects a second time.
+        let types: Vec<Arc<ResourceType>> = self
+            .registry
+            .types()
+            .filter(|t| t.namespaced && t.store_id() == t.id())
+            .cloned()
+            .collect();
         for t in types {
             let names: Vec<String> = self
                 .store
@@ -970,6 +986,68 @@ mod tests {
         s.delete(&cm, "default", "owner", &DeleteOptions::default(), false)
             .unwrap();
         assert_eq!(s.get(&cm, "default", "child").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn core_and_events_k8s_io_events_are_one_storage() {
+        let mut s = State::new(1000);
+        let core = s.registry.find("", "v1", "events").unwrap();
+        let v1 = s.registry.find("events.k8s.io", "v1", "events").unwrap();
+        let o = WriteOptions::default();
+        let recorded = json!({"metadata": {"name": "demo.1"}, "reason": "Reconciled", "type": "Normal",
+            "note": "workflow is ready", "reportingController": "lyra-test", "eventTime": "2026-01-01T00:00:00.000001Z",
+            "regarding": {"kind": "Workflow", "name": "demo", "namespace": "default", "uid": "u-1"}});
+        let created = s.create(&v1, "v1", "default", recorded, o).unwrap();
+        assert_eq!(created.object["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(created.object["note"], "workflow is ready");
+        let seen = s.get(&core, "default", "demo.1").unwrap();
+        assert_eq!(seen["apiVersion"], "v1");
+        assert_eq!(seen["involvedObject"]["uid"], "u-1");
+        assert_eq!(seen["message"], "workflow is ready");
+        assert_eq!(seen["reportingComponent"], "lyra-test");
+        assert_eq!(seen["metadata"]["uid"], created.object["metadata"]["uid"]);
+
+        // The Recorder's repeat: a merge patch of the series through events.k8s.io.
+        let series = json!({"series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000001Z"}});
+        let patched = s
+            .patch(
+                &v1,
+                "v1",
+                "default",
+                "demo.1",
+                PatchKind::Merge,
+                &series,
+                Subresource::Main,
+                o,
+            )
+            .unwrap();
+        assert_eq!(patched.object["regarding"]["name"], "demo");
+        let seen = s.get(&core, "default", "demo.1").unwrap();
+        assert_eq!(seen["series"]["count"], 2);
+        assert_eq!(
+            seen["metadata"]["resourceVersion"],
+            patched.object["metadata"]["resourceVersion"]
+        );
+
+        // And the other way round: a core write reads back through events.k8s.io.
+        let count = json!([{"op": "add", "path": "/count", "value": 5}]);
+        s.patch(
+            &core,
+            "v1",
+            "default",
+            "demo.1",
+            PatchKind::Json,
+            &count,
+            Subresource::Main,
+            o,
+        )
+        .unwrap();
+        assert_eq!(s.get(&v1, "default", "demo.1").unwrap()["deprecatedCount"], 5);
+        assert_eq!(s.store.list(&v1.store_id(), None).count(), 1, "stored once");
+
+        s.delete(&core, "default", "demo.1", &DeleteOptions::default(), false)
+            .unwrap();
+        assert_eq!(s.get(&v1, "default", "demo.1").unwrap_err().code, 404);
     }
 
     #[test]

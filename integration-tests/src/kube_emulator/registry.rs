@@ -1,6 +1,7 @@
 //! The resource kinds the server serves: the built-in ones, plus one per established CRD. A
 //! kind is served at every served version; objects are stored once, and a version differs only
-//! by `apiVersion` (a CRD's `conversion: None`). Also builds the discovery documents from them.
+//! by `apiVersion` (a CRD's `conversion: None`). `events.k8s.io` Events are the exception: a
+//! view of the core Events' storage (see [`Storage`]). Also builds the discovery documents.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -18,6 +19,16 @@ pub enum Special {
     Namespace,
     Secret,
     Crd,
+}
+
+/// Where a kind's objects live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// Under the kind's own store key, as served.
+    Own,
+    /// As core `v1` Events, converted on every read and write: on a real apiserver
+    /// `events.k8s.io/v1` Events are another API view of the same objects.
+    CoreEvents,
 }
 
 /// One served version of a kind.
@@ -47,12 +58,37 @@ pub struct ResourceType {
     /// For kinds defined by a CRD, that CRD's uid: a watch ends when it changes.
     pub crd_uid: Option<String>,
     pub special: Special,
+    pub storage: Storage,
 }
 
 impl ResourceType {
     /// The store key: `workflows.lyra.example.com`, `configmaps`.
     pub fn id(&self) -> String {
         super::errors::qualified_resource(&self.group, &self.plural)
+    }
+
+    /// The store key its objects live under (another kind's, for a view of that kind).
+    pub fn store_id(&self) -> String {
+        match self.storage {
+            Storage::Own => self.id(),
+            Storage::CoreEvents => "events".into(),
+        }
+    }
+
+    /// A stored object as this kind serves it.
+    pub fn view(&self, stored: &Arc<Value>) -> Arc<Value> {
+        match self.storage {
+            Storage::Own => stored.clone(),
+            Storage::CoreEvents => Arc::new(super::events::to_events_v1(stored)),
+        }
+    }
+
+    /// An object of this kind in its stored form.
+    pub fn to_storage(&self, obj: Value) -> Value {
+        match self.storage {
+            Storage::Own => obj,
+            Storage::CoreEvents => super::events::to_core(&obj),
+        }
     }
 
     pub fn version(&self, v: &str) -> Option<&Version> {
@@ -327,6 +363,7 @@ fn builtin(
         has_generation: false,
         crd_uid: None,
         special: Special::None,
+        storage: Storage::Own,
     }
 }
 
@@ -381,11 +418,12 @@ fn builtin_types() -> Vec<ResourceType> {
         "events",
         true,
         vec![
-            C::age("Last Seen", ".lastTimestamp"),
+            C::event_last_seen(),
             C::path("Type", "string", ".type"),
             C::path("Reason", "string", ".reason"),
             C::involved_object("Object", "involvedObject"),
             C::path("Message", "string", ".message"),
+            C::wide_name(),
         ],
     );
     ev.short_names = vec!["ev".into()];
@@ -396,14 +434,16 @@ fn builtin_types() -> Vec<ResourceType> {
         "events",
         true,
         vec![
-            C::age("Last Seen", ".eventTime"),
+            C::event_last_seen(),
             C::path("Type", "string", ".type"),
             C::path("Reason", "string", ".reason"),
             C::involved_object("Object", "regarding"),
-            C::path("Note", "string", ".note"),
+            C::path("Message", "string", ".note"),
+            C::wide_name(),
         ],
     );
     ev2.short_names = vec!["ev".into()];
+    ev2.storage = Storage::CoreEvents;
     let lease = builtin(
         "coordination.k8s.io",
         "v1",

@@ -17,6 +17,10 @@ enum Source {
     Count(Vec<String>),
     /// `<kind>/<name>` of an object reference (an Event's OBJECT).
     Reference(String),
+    /// An Event's LAST SEEN, which falls back through several timestamps.
+    EventLastSeen,
+    /// The object's name, for kinds that do not show it first.
+    Name,
 }
 
 /// One printer column.
@@ -64,6 +68,18 @@ impl Column {
             "integer",
             Source::Count(fields.iter().map(|f| f.to_string()).collect()),
         )
+    }
+
+    pub fn event_last_seen() -> Column {
+        Column::new("Last Seen", "string", Source::EventLastSeen)
+    }
+
+    /// NAME as a wide-only last column, as the apiserver prints Events (a Table without one
+    /// starts with NAME).
+    pub fn wide_name() -> Column {
+        let mut c = Column::new("Name", "string", Source::Name);
+        c.priority = 1;
+        c
     }
 
     pub fn involved_object(name: &str, field: &str) -> Column {
@@ -137,6 +153,11 @@ impl Column {
                     .sum();
                 json!(n)
             }
+            Source::EventLastSeen => match super::events::last_seen(obj) {
+                Some(ts) => Value::String(age_of(ts, now)),
+                None => Value::String("<unknown>".into()),
+            },
+            Source::Name => obj["metadata"]["name"].clone(),
             Source::Reference(field) => {
                 let r = &obj[field.as_str()];
                 let kind = r["kind"].as_str().unwrap_or_default().to_lowercase();
@@ -172,18 +193,25 @@ pub fn partial_metadata(obj: &Value) -> Value {
 /// A Table of `objects` (already at the requested version).
 pub fn table(columns: &[Column], objects: &[&Value], list_meta: Value, include: IncludeObject) -> Value {
     let now = SystemTime::now();
-    let mut defs = vec![json!({
-        "name": "Name",
-        "type": "string",
-        "format": "name",
-        "description": "Name must be unique within a namespace.",
-        "priority": 0,
-    })];
+    let name_first = !columns.iter().any(|c| matches!(c.source, Source::Name));
+    let mut defs = Vec::new();
+    if name_first {
+        defs.push(json!({
+            "name": "Name",
+            "type": "string",
+            "format": "name",
+            "description": "Name must be unique within a namespace.",
+            "priority": 0,
+        }));
+    }
     defs.extend(columns.iter().map(Column::definition));
     let rows: Vec<Value> = objects
         .iter()
         .map(|obj| {
-            let mut cells = vec![obj["metadata"]["name"].clone()];
+            let mut cells = Vec::with_capacity(columns.len() + 1);
+            if name_first {
+                cells.push(obj["metadata"]["name"].clone());
+            }
             cells.extend(columns.iter().map(|c| c.cell(obj, now)));
             let mut row = json!({ "cells": cells });
             match include {
@@ -271,5 +299,23 @@ mod tests {
         assert_eq!(t["rows"][0]["cells"], json!(["demo", "Ready", 3]));
         assert_eq!(t["columnDefinitions"][2]["priority"], 1);
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    }
+
+    #[test]
+    fn event_tables_end_with_a_wide_name_and_fall_back_to_event_time() {
+        let cols = vec![
+            Column::event_last_seen(),
+            Column::involved_object("Object", "regarding"),
+            Column::wide_name(),
+        ];
+        let when = humantime::format_rfc3339_micros(SystemTime::now() - Duration::from_secs(5)).to_string();
+        let ev = json!({"metadata": {"name": "e1"}, "eventTime": when,
+            "regarding": {"kind": "Workflow", "name": "demo"}});
+        let t = table(&cols, &[&ev], json!({}), IncludeObject::None);
+        let cells = t["rows"][0]["cells"].as_array().unwrap();
+        assert!(matches!(cells[0].as_str(), Some("5s" | "6s")), "{cells:?}");
+        assert_eq!(cells[1..], [json!("workflow/demo"), json!("e1")]);
+        assert_eq!(t["columnDefinitions"][2]["priority"], 1);
+        assert_eq!(t["columnDefinitions"].as_array().unwrap().len(), 3);
     }
 }

@@ -56,22 +56,25 @@ impl WatchSpec {
         self.labels.matches(obj) && self.fields.matches(obj)
     }
 
-    /// What this watch sees of a logged event: objects moving into or out of the selection
-    /// arrive as ADDED or DELETED, as from a real apiserver.
-    fn classify(&self, ev: &Event, id: &str) -> Option<EventType> {
-        if ev.resource != id {
+    /// What this watch sees of a logged event, and the object in the watched kind's view:
+    /// objects moving into or out of the selection arrive as ADDED or DELETED, as from a real
+    /// apiserver.
+    fn classify(&self, ev: &Event, store_id: &str) -> Option<(EventType, Arc<Value>)> {
+        if ev.resource != store_id {
             return None;
         }
-        let now = self.selects(&ev.object);
-        let before = ev.previous.as_ref().is_some_and(|p| self.selects(p));
-        match (ev.type_, before, now) {
-            (EventType::Added, _, true) => Some(EventType::Added),
-            (EventType::Modified, true, true) => Some(EventType::Modified),
-            (EventType::Modified, false, true) => Some(EventType::Added),
-            (EventType::Modified, true, false) => Some(EventType::Deleted),
-            (EventType::Deleted, b, n) if b || n => Some(EventType::Deleted),
-            _ => None,
-        }
+        let object = self.rt.view(&ev.object);
+        let now = self.selects(&object);
+        let before = ev.previous.as_ref().is_some_and(|p| self.selects(&self.rt.view(p)));
+        let type_ = match (ev.type_, before, now) {
+            (EventType::Added, _, true) => EventType::Added,
+            (EventType::Modified, true, true) => EventType::Modified,
+            (EventType::Modified, false, true) => EventType::Added,
+            (EventType::Modified, true, false) => EventType::Deleted,
+            (EventType::Deleted, b, n) if b || n => EventType::Deleted,
+            _ => return None,
+        };
+        Some((type_, object))
     }
 
     fn line(&self, type_: &str, obj: &Value) -> Bytes {
@@ -133,13 +136,19 @@ async fn run(shared: Arc<Shared>, spec: WatchSpec, tx: mpsc::Sender<Bytes>) {
     let mut notified = shared.notify.subscribe();
     let mut shutdown = shared.shutdown.subscribe();
     let id = spec.rt.id();
+    let store_id = spec.rt.store_id();
     let (initial, mut last) = {
         let state = shared.lock();
         match spec.from {
             Some(rv) => (Vec::new(), rv),
             None => {
                 let ns = spec.namespace.as_deref();
-                let objs: Vec<_> = state.store.list(&id, ns).filter(|o| spec.selects(o)).cloned().collect();
+                let objs: Vec<_> = state
+                    .store
+                    .list(&store_id, ns)
+                    .map(|o| spec.rt.view(o))
+                    .filter(|o| spec.selects(o))
+                    .collect();
                 (objs, state.store.current_rv())
             }
         }
@@ -184,8 +193,8 @@ async fn run(shared: Arc<Shared>, spec: WatchSpec, tx: mpsc::Sender<Bytes>) {
             Ok(events) => {
                 for ev in events {
                     last = ev.rv;
-                    if let Some(t) = spec.classify(&ev, &id)
-                        && tx.send(spec.line(t.as_str(), &ev.object)).await.is_err()
+                    if let Some((t, object)) = spec.classify(&ev, &store_id)
+                        && tx.send(spec.line(t.as_str(), &object)).await.is_err()
                     {
                         return;
                     }

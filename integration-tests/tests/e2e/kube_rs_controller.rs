@@ -1,15 +1,18 @@
 //! A kube-rs `Controller` with the `finalizer` helper, `patch_status` and an event `Recorder`
-//! against the emulator, driven by kubectl: create -> Ready -> delete (cleanup) -> gone.
+//! against the emulator, driven by kubectl: create -> Ready -> delete (cleanup) -> gone. And
+//! the Recorder's `events.k8s.io` Events as kubectl sees them, through core `v1` Events.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use integration_tests::kube_emulator::KubeEmulator;
 use integration_tests::kube_emulator::kubectl::{Kubectl, Output, kubectl_or_skip};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as Note, EventType, Recorder, Reporter};
@@ -203,6 +206,23 @@ async fn controller_with_finalizer_takes_a_workflow_from_create_to_ready_to_dele
     assert_eq!(event["reason"], "Reconciled", "{events:#}");
     assert_eq!(event["regarding"]["name"], "demo");
     assert_eq!(event["reportingController"], "lyra-test");
+    // kubectl describe lists core v1 Events by involvedObject; the Recorder's shows there.
+    let described = kubectl_ok(&k, &["describe", "wf", "demo"], None).await;
+    let events_section = described.split_once("Events:").map_or("", |(_, e)| e);
+    assert!(
+        events_section.lines().any(|l| l.trim_start().starts_with("Normal")
+            && l.contains("Reconciled")
+            && l.contains("lyra-test")
+            && l.trim_end().ends_with("workflow is ready")),
+        "{described}"
+    );
+    let listed = kubectl_ok(&k, &["get", "events"], None).await;
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("Reconciled") && l.contains("workflow/demo") && l.ends_with("workflow is ready")),
+        "{listed}"
+    );
 
     // kubectl delete waits until the controller's cleanup has removed the finalizer.
     let deleting = Instant::now();
@@ -219,5 +239,178 @@ async fn controller_with_finalizer_takes_a_workflow_from_create_to_ready_to_dele
     assert!(to_ready < Duration::from_secs(10) && to_deleted < Duration::from_secs(10));
 
     controller.abort();
+    emu.shutdown().await;
+}
+
+async fn workflow_crd(k: &Arc<Kubectl>) {
+    let crd = serde_json::to_string(&Workflow::crd()).unwrap();
+    kubectl_ok(k, &["apply", "-f", "-"], Some(&crd)).await;
+    kubectl_ok(
+        k,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/workflows.lyra.example.com",
+            "--timeout=10s",
+        ],
+        None,
+    )
+    .await;
+}
+
+/// The next watch event within 10 s, as (type, object).
+async fn next_event<K: Clone + serde::de::DeserializeOwned + std::fmt::Debug>(
+    stream: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<K>>> + Unpin),
+) -> (&'static str, K) {
+    let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+        .await
+        .expect("a watch event within 10 s")
+        .expect("the watch works")
+        .expect("the watch is open");
+    match ev {
+        WatchEvent::Added(o) => ("ADDED", o),
+        WatchEvent::Modified(o) => ("MODIFIED", o),
+        WatchEvent::Deleted(o) => ("DELETED", o),
+        other => panic!("unexpected watch event {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorder_events_are_core_events_too() {
+    let Some(bin) = kubectl_or_skip("recorder_events_are_core_events_too") else {
+        return;
+    };
+    let emu = KubeEmulator::start().await.expect("the emulator starts");
+    let k = Arc::new(Kubectl::new(bin, emu.kubeconfig_path()));
+    workflow_crd(&k).await;
+    let manifest = "apiVersion: lyra.example.com/v1\nkind: Workflow\nmetadata:\n  name: demo\nspec:\n  image: nginx\n";
+    kubectl_ok(&k, &["apply", "-f", "-"], Some(manifest)).await;
+
+    let kubeconfig = Kubeconfig::read_from(emu.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = Client::try_from(config).unwrap();
+    let wf = Api::<Workflow>::namespaced(client.clone(), "default")
+        .get("demo")
+        .await
+        .unwrap();
+
+    // Watch both views, by each view's own field names, from before the Recorder writes.
+    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let v1: Api<EventsV1Event> = Api::namespaced(client.clone(), "default");
+    let rv = core
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut core_watch = core
+        .watch(
+            &WatchParams::default().fields("involvedObject.name=demo,reason=Retried"),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let mut v1_watch = v1
+        .watch(
+            &WatchParams::default().fields("regarding.name=demo,regarding.kind=Workflow"),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+
+    // A repeated event: the Recorder creates it, then PATCHes its series.
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "lyra-probe".into(),
+            instance: Some("probe-0".into()),
+        },
+    );
+    let note = Note {
+        type_: EventType::Warning,
+        reason: "Retried".into(),
+        note: Some("image pull failed".into()),
+        action: "Pull".into(),
+        secondary: None,
+    };
+    let reference = wf.object_ref(&());
+    recorder.publish(&note, &reference).await.unwrap();
+    recorder.publish(&note, &reference).await.unwrap();
+
+    let (t, added) = next_event(&mut core_watch).await;
+    assert_eq!(t, "ADDED");
+    assert_eq!(added.message.as_deref(), Some("image pull failed"));
+    assert_eq!(added.involved_object.uid, wf.metadata.uid);
+    assert_eq!(added.reporting_component.as_deref(), Some("lyra-probe"));
+    assert_eq!(added.reporting_instance.as_deref(), Some("probe-0"));
+    assert_eq!(added.action.as_deref(), Some("Pull"));
+    assert!(added.event_time.is_some() && added.series.is_none());
+    let (t, modified) = next_event(&mut core_watch).await;
+    assert_eq!(t, "MODIFIED");
+    assert_eq!(modified.series.as_ref().and_then(|s| s.count), Some(2));
+    let (t, added) = next_event(&mut v1_watch).await;
+    assert_eq!((t, added.note.as_deref()), ("ADDED", Some("image pull failed")));
+    let (t, modified) = next_event(&mut v1_watch).await;
+    assert_eq!(t, "MODIFIED");
+    assert_eq!(modified.series.as_ref().map(|s| s.count), Some(2));
+
+    // kubectl sees the same object through core v1: describe (with the repeat count) and get,
+    // with core field selectors.
+    let described = kubectl_ok(&k, &["describe", "wf", "demo"], None).await;
+    let events_section = described.split_once("Events:").map_or("", |(_, e)| e);
+    let line = events_section
+        .lines()
+        .find(|l| l.contains("Retried"))
+        .unwrap_or_else(|| panic!("no Retried event:\n{described}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cells[..2], ["Warning", "Retried"], "{line}");
+    assert!(line.contains("(x2 over ") && line.contains("lyra-probe"), "{line}");
+    assert!(line.trim_end().ends_with("image pull failed"), "{line}");
+    let selector = format!(
+        "involvedObject.kind=Workflow,involvedObject.uid={},type=Warning",
+        wf.metadata.uid.as_deref().unwrap()
+    );
+    let listed = kubectl_ok(&k, &["get", "events", "--field-selector", &selector], None).await;
+    // The apiserver's Event columns: NAME only with -o wide.
+    let header: Vec<&str> = listed.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{listed}"
+    );
+    let rows: Vec<&str> = listed.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert!(
+        rows[0].contains("workflow/demo") && rows[0].ends_with("image pull failed"),
+        "{listed}"
+    );
+    let none = kubectl(&k, &["get", "events", "--field-selector", "type=Normal"], None).await;
+    assert!(none.stderr.contains("No resources found"), "{none:?}");
+    let named = kubectl_ok(
+        &k,
+        &[
+            "get",
+            "events.events.k8s.io",
+            "--field-selector",
+            "regarding.name=demo",
+            "-o",
+            "name",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(named.lines().count(), 1, "{named}");
+
+    // Deleting through one view deletes from both, and both watches see it.
+    let name = named.trim().rsplit('/').next().unwrap().to_string();
+    core.delete(&name, &Default::default()).await.unwrap();
+    assert_eq!(next_event(&mut core_watch).await.0, "DELETED");
+    assert_eq!(next_event(&mut v1_watch).await.0, "DELETED");
+    assert!(v1.get_opt(&name).await.unwrap().is_none());
     emu.shutdown().await;
 }

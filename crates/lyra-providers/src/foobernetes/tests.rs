@@ -458,9 +458,9 @@ fn providers_sharing_a_file_lose_no_update() {
 
 const CHILD_FILE: &str = "LYRA_TEST_FOOBERNETES_CHILD_FILE";
 
-/// The second process of [`processes_sharing_a_file_lose_no_update`]; does nothing on its own.
+/// The second process of [`processes_sharing_a_file_lose_no_update`]; does nothing on its own
+/// (like `lyra-state`'s crash child, it is a test only so the test binary can run it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by processes_sharing_a_file_lose_no_update in a process of its own"]
 async fn child_process_creating_instances() {
     let Some(file) = std::env::var_os(CHILD_FILE).map(PathBuf::from) else {
         return;
@@ -482,7 +482,6 @@ async fn processes_sharing_a_file_lose_no_update() {
         .args([
             "foobernetes::tests::child_process_creating_instances",
             "--exact",
-            "--ignored",
             "--test-threads=1",
         ])
         .env(CHILD_FILE, &file)
