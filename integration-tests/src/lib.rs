@@ -40,7 +40,8 @@ pub fn workspace_dir() -> PathBuf {
 /// The `lyra` binary under test (see the crate docs for where it is looked for).
 pub fn lyra_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| workspace_bin("lyra", "LYRA_BIN", "lyra-cli")).clone()
+    BIN.get_or_init(|| workspace_bin("lyra", "LYRA_BIN", "lyra-cli"))
+        .clone()
 }
 
 /// The `lyra-controller` binary under test: `$LYRA_CONTROLLER_BIN`, else found like `lyra`.
