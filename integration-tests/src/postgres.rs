@@ -97,6 +97,21 @@ impl Schema {
     pub fn psql(&self, sql: &str) -> std::process::Output {
         psql(sql)
     }
+
+    /// How many resources this schema's state records for `deployment` (0 before its tables
+    /// exist): a cheap progress probe for a running apply.
+    pub fn recorded(&self, deployment: &str) -> u64 {
+        let out = Command::new("psql")
+            .args(["-X", "-q", "-t", "-A", "-d", &server_url(), "-c"])
+            .arg(format!(
+                "SELECT count(*) FROM \"{}\".resources WHERE deployment = '{}'",
+                self.name,
+                deployment.replace('\'', "''")
+            ))
+            .output()
+            .expect("run psql");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    }
 }
 
 /// Runs SQL on the test server with `psql`.

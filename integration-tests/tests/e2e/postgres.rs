@@ -149,7 +149,7 @@ steps:
 /// the state or in `deployment.json`.
 #[test]
 fn random_kills_during_applies_never_duplicate() {
-    // 150 creates take about half a second here; the kills land in the first 350ms.
+    // 150 creates take about half a second on an idle machine.
     const N: usize = 150;
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
@@ -163,7 +163,13 @@ fn random_kills_during_applies_never_duplicate() {
             "apply",
             &["apply", "fleet", "--name", &deployment, "--concurrency", "16"],
         );
-        std::thread::sleep(Duration::from_millis(10 + rng.below(340) as u64));
+        // Once the run has recorded something (however slow the machine), kill it a random
+        // moment later, while creates are in flight.
+        let progressed = wait_until(Duration::from_secs(30), || {
+            matches!(child.try_wait(), Ok(Some(_))) || pg.recorded(&deployment) > 0
+        });
+        assert!(progressed, "trial {trial}: the apply recorded nothing in 30s");
+        std::thread::sleep(Duration::from_millis(rng.below(200) as u64));
         child.kill().expect("kill -9");
         let status = child.wait().expect("wait");
         if status.code().is_none() {
