@@ -14,6 +14,7 @@
 //! `<workspace>/../shared/lyra-compat`; tests that need it are skipped when it is missing,
 //! unless `CI=true`, where a missing corpus fails them.
 
+pub mod cluster;
 pub mod kube_emulator;
 pub mod postgres;
 

@@ -9,6 +9,7 @@ mod e2e {
     mod bad_input;
     mod cli;
     mod compat;
+    mod controller;
     #[cfg(unix)]
     mod crash;
     mod failures;

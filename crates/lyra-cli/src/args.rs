@@ -47,6 +47,10 @@ pub enum Command {
     State(StateCommand),
     /// Show the runs of a deployment, newest first.
     History(HistoryArgs),
+    /// Print the Kubernetes CustomResourceDefinition of `Workflow` objects (YAML).
+    ///
+    /// Install it with `lyra crd | kubectl apply -f -`; then run `lyra-controller`.
+    Crd,
 }
 
 #[derive(Debug, Subcommand)]

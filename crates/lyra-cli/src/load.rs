@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use lyra_core::diag::{Diagnostics, Sources};
-use lyra_core::program::{self, Program};
+use lyra_core::program::Program;
 use lyra_core::schema::SchemaRegistry;
 use lyra_core::value::{Map, set_dotted};
-use lyra_core::yaml::{parse_data, parse_value, workflow_name};
+use lyra_core::yaml::workflow_name;
+use lyra_host::{DataError, LoadPath};
 
 use crate::exit::Exit;
 
@@ -20,11 +21,7 @@ pub struct Located {
 
 /// `a::b` → `<dir>/a/b.yaml` (or `.yml`).
 fn on_load_path(dir: &Path, name: &str) -> Option<PathBuf> {
-    let rel = name.replace("::", "/");
-    ["yaml", "yml"]
-        .iter()
-        .map(|ext| dir.join(format!("{rel}.{ext}")))
-        .find(|p| p.is_file())
+    LoadPath::new(dir).find(name)
 }
 
 pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit> {
@@ -72,17 +69,12 @@ pub fn parse_program(
 ) -> Result<Result<Program, Diagnostics>, Exit> {
     let text = std::fs::read_to_string(&loc.path)
         .map_err(|e| Exit::usage(format!("cannot read {}: {e}", loc.path.display())))?;
-    let mut fetch = |name: &str| {
-        let p = on_load_path(&loc.load_path, name)?;
-        let text = std::fs::read_to_string(&p).ok()?;
-        Some((p.display().to_string(), text))
-    };
-    Ok(program::load(
+    Ok(lyra_host::load_program(
         &loc.name,
         (loc.path.display().to_string(), text),
-        &mut fetch,
-        sources,
+        &LoadPath::new(&loc.load_path),
         schemas,
+        sources,
     ))
 }
 
@@ -100,10 +92,10 @@ pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) ->
     let mut map = match path {
         None => Map::new(),
         Some(p) => {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| Exit::usage(format!("cannot read data file {}: {e}", p.display())))?;
-            let file = sources.add(p.display().to_string(), text.clone());
-            parse_data(file, &text).map_err(|d| Exit::invalid(&d, sources))?
+            lyra_host::read_data_file(&p, sources).map_err(|e| match e {
+                DataError::Read(e) => Exit::usage(format!("cannot read data file {}: {e}", p.display())),
+                DataError::Invalid(d) => Exit::invalid(&d, sources),
+            })?
         }
     };
     for v in vars {
@@ -114,14 +106,7 @@ pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) ->
         if key.is_empty() {
             return Err(Exit::usage(format!("--var '{v}': the key is empty")));
         }
-        // A value means what it would mean in the data file: `false` is a Boolean, `3` an
-        // Integer, `{a: 1}` a Hash, `'08'` a String.
-        // Plain text that is not valid YAML (`a: b`) stays text.
-        let value = match parse_value(raw) {
-            Ok(v) => v,
-            Err(_) if !raw.starts_with(['{', '[', '"', '\'']) => lyra_core::value::Value::String(raw.to_owned()),
-            Err(e) => return Err(Exit::usage(format!("--var {key}: {e}"))),
-        };
+        let value = lyra_host::parse_var_value(raw).map_err(|e| Exit::usage(format!("--var {key}: {e}")))?;
         set_dotted(&mut map, key, value);
     }
     Ok(map)

@@ -68,6 +68,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             StateCommand::Migrate(a) => state_cmd::migrate(&a).await,
         },
         Command::History(a) => state_cmd::history(&a).await,
+        Command::Crd => print(&lyra_k8s::crd_yaml()),
     }
 }
 

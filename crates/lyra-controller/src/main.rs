@@ -1,0 +1,322 @@
+//! `lyra-controller`: reconciles `Workflow` objects with the same engine and state as the
+//! `lyra` CLI. Thin: it parses arguments, wires the state, providers, kube client, health
+//! and metrics server and leader election, and hands over to `lyra_k8s::controller`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use clap::{Parser, ValueEnum};
+use lyra_k8s::controller::{self, Context, ControllerConfig};
+use lyra_k8s::metrics::Metrics;
+use lyra_k8s::{Runtime, Settings};
+use lyra_providers::{ProvidersConfig, builtin};
+use tokio::sync::watch;
+
+/// Reconciles Lyra `Workflow` objects: applies each one's workflow to the deployment
+/// `k8s/<namespace>/<name>` in the shared state, and tears it down when the object is deleted.
+#[derive(Debug, Parser)]
+#[command(name = "lyra-controller", version, max_term_width = 100)]
+struct Args {
+    /// Where state is kept: a SQLite file or postgres://USER@HOST/DB (optionally
+    /// ?schema=NAME), shared with the `lyra` CLI.
+    #[arg(long, env = "LYRA_STATE", default_value = ".lyra/state.db", value_name = "URL")]
+    state: String,
+    /// The load path: `workflowName: a::b` is DIR/a/b.yaml.
+    #[arg(long, env = "LYRA_WORKFLOWS", default_value = "workflows", value_name = "DIR")]
+    workflows: PathBuf,
+    /// Where the Foobernetes provider keeps its imaginary cloud.
+    #[arg(
+        long,
+        env = "LYRA_FOOBERNETES_FILE",
+        default_value = "deployment.json",
+        value_name = "FILE"
+    )]
+    foobernetes_file: PathBuf,
+    /// Watch only this namespace; repeatable. Default: every namespace.
+    #[arg(long = "namespace", short = 'n', value_name = "NS")]
+    namespaces: Vec<String>,
+    /// Workflow objects reconciled at once (per watched namespace).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
+    /// Resource operations at once within one run.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    step_concurrency: u32,
+    /// How long a deployment's state lease outlives a crashed controller.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    lease_ttl: Duration,
+    /// Where to serve /healthz, /readyz and /metrics (port 0: any free port, logged).
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    health_addr: SocketAddr,
+    /// Run only while holding a coordination.k8s.io Lease, so that of several replicas
+    /// exactly one reconciles.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "lyra-controller", value_name = "NAME")]
+    leader_elect_lease: String,
+    /// The Lease's namespace. Default: the namespace of the kube client's context.
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
+    leader_elect_namespace: Option<String>,
+    /// This replica's identity in the Lease and in events. Default: hostname and process id.
+    #[arg(long, env = "POD_NAME", value_name = "ID")]
+    identity: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    match run(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "lyra-controller failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,kube_lease_manager=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    tokio::spawn(signals(shutdown_tx));
+
+    let store = lyra_state::open(&args.state)
+        .await
+        .with_context(|| format!("opening the state {}", redact(&args.state)))?;
+    let providers = Arc::new(builtin(&ProvidersConfig {
+        foobernetes_file: args.foobernetes_file.clone(),
+    }));
+    let metrics = Arc::new(Metrics::new());
+    let mut settings = Settings::new(&args.workflows);
+    settings.concurrency = args.step_concurrency as usize;
+    settings.lease_ttl = args.lease_ttl;
+    let runtime = Arc::new(Runtime::new(providers, store, settings, Arc::clone(&metrics)));
+
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
+    let config = ControllerConfig {
+        namespaces: args.namespaces.clone(),
+        concurrency: args.concurrency,
+    };
+    controller::check_crd(&client, &config)
+        .await
+        .map_err(anyhow::Error::msg)?;
+
+    let ready = Arc::new(AtomicBool::new(false));
+    let listener = tokio::net::TcpListener::bind(args.health_addr)
+        .await
+        .with_context(|| format!("binding {}", args.health_addr))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
+    let server = tokio::spawn(serve(listener, Arc::clone(&metrics), Arc::clone(&ready), shutdown.clone()));
+
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let ctx = Arc::new(Context::new(client.clone(), runtime, Some(identity.clone())));
+
+    // `stop` ends the controller: on a signal, or when leadership is lost.
+    let (stop_tx, stop) = watch::channel(false);
+    let lost_leadership = Arc::new(AtomicBool::new(false));
+    let mut election = None;
+    if args.leader_elect {
+        let namespace = args
+            .leader_elect_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.leader_elect_lease)
+            .with_namespace(&namespace)
+            .with_identity(&identity)
+            .with_duration(15)
+            .with_grace(5)
+            .with_field_manager(format!("{}-{identity}", controller::MANAGER))
+            .build()
+            .await
+            .context("setting up leader election")?;
+        let (mut leader, task) = manager.watch().await;
+        tracing::info!(lease = %args.leader_elect_lease, %namespace, %identity, "waiting to be elected leader");
+        ready.store(true, Ordering::SeqCst);
+        let mut down = shutdown.clone();
+        let elected = tokio::select! {
+            r = leader.wait_for(|is_leader| *is_leader) => { r.context("leader election stopped")?; true }
+            _ = down.wait_for(|d| *d) => false,
+        };
+        if !elected {
+            drop(leader);
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            server.abort();
+            return Ok(ExitCode::SUCCESS);
+        }
+        tracing::info!(%identity, "elected leader; starting");
+        let lost = Arc::clone(&lost_leadership);
+        let mut down = shutdown.clone();
+        let mut watch_leader = leader.clone();
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = down.wait_for(|d| *d) => {}
+                _ = watch_leader.wait_for(|is_leader| !*is_leader) => {
+                    tracing::error!("lost the leader lease; stopping");
+                    lost.store(true, Ordering::SeqCst);
+                }
+            }
+            stop_tx.send_replace(true);
+        });
+        election = Some((leader, task));
+    } else {
+        let mut down = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = down.wait_for(|d| *d).await;
+            stop_tx.send_replace(true);
+        });
+    }
+
+    ready.store(true, Ordering::SeqCst);
+    tracing::info!(
+        namespaces = ?args.namespaces,
+        workflows = %args.workflows.display(),
+        state = %redact(&args.state),
+        "controller running"
+    );
+    controller::run(ctx, config, stop).await;
+    tracing::info!("controller stopped; runs in progress have finished and released their leases");
+
+    if let Some((leader, task)) = election {
+        // Closing the channel makes the manager release the Lease, so a standby takes over
+        // at once instead of after the lease duration.
+        drop(leader);
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    server.abort();
+    Ok(if lost_leadership.load(Ordering::SeqCst) {
+        // Fail-stop: a controller that lost its lease must not keep going.
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
+async fn signals(tx: watch::Sender<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::warn!("cannot listen for signals");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::info!("shutting down: no new runs; runs in progress stop after their running steps");
+    tx.send_replace(true);
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::warn!("second signal: exiting now");
+    std::process::exit(130);
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|State((_, ready)): State<(Arc<Metrics>, Arc<AtomicBool>)>| async move {
+                if ready.load(Ordering::SeqCst) {
+                    (StatusCode::OK, "ok\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State((metrics, _)): State<(Arc<Metrics>, Arc<AtomicBool>)>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.encode(),
+                )
+                    .into_response()
+            }),
+        )
+        .with_state((metrics, ready));
+    let stopped = async move {
+        let _ = shutdown.wait_for(|d| *d).await;
+    };
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
+        tracing::warn!(error = %e, "health server failed");
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The state URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn passwords_are_not_logged() {
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact(".lyra/state.db"), ".lyra/state.db");
+    }
+}

@@ -1,0 +1,261 @@
+//! Wiring the reconcile core to kube-runtime: a `Controller` per watched namespace (or one
+//! for all), the `lyra.dev/cleanup` finalizer, status written with merge patches on the
+//! status subresource, events through `events::Recorder`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
+
+use crate::crd::{FINALIZER, Workflow, WorkflowStatus};
+use crate::reconcile::{Job, Next, Note, ReconcileError, ReportError, Reporter, Runtime};
+use crate::status::merge_patch;
+
+/// The field manager and event reporter name.
+pub const MANAGER: &str = "lyra-controller";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("object has no namespace or name")]
+    Unnamed,
+    #[error(transparent)]
+    Finalizer(Box<finalizer::Error<ReconcileError>>),
+}
+
+impl Error {
+    /// When to try again, if the error says.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Finalizer(e) => match e.as_ref() {
+                finalizer::Error::ApplyFailed(r) | finalizer::Error::CleanupFailed(r) => match r {
+                    ReconcileError::Retry { after, .. } | ReconcileError::Wait(after) => Some(*after),
+                    ReconcileError::Report(_) => None,
+                },
+                _ => None,
+            },
+            Error::Unnamed => None,
+        }
+    }
+
+    fn is_wait(&self) -> bool {
+        matches!(self, Error::Finalizer(e) if matches!(e.as_ref(),
+            finalizer::Error::ApplyFailed(ReconcileError::Wait(_)) | finalizer::Error::CleanupFailed(ReconcileError::Wait(_))))
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub runtime: Arc<Runtime>,
+    pub recorder: Recorder,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("runtime", &self.runtime).finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// `instance` names this replica in events (e.g. the pod name).
+    pub fn new(client: Client, runtime: Arc<Runtime>, instance: Option<String>) -> Context {
+        let recorder = Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: MANAGER.to_owned(),
+                instance,
+            },
+        );
+        Context {
+            client,
+            runtime,
+            recorder,
+        }
+    }
+}
+
+/// Which objects to watch, and how many to reconcile at once.
+#[derive(Debug, Clone, Default)]
+pub struct ControllerConfig {
+    /// Empty: every namespace.
+    pub namespaces: Vec<String>,
+    /// Reconciles at once per watched namespace (0: unbounded).
+    pub concurrency: u16,
+}
+
+/// Fails with a hint when the Workflow CRD is not installed (or not readable).
+pub async fn check_crd(client: &Client, config: &ControllerConfig) -> Result<(), String> {
+    let apis: Vec<Api<Workflow>> = if config.namespaces.is_empty() {
+        vec![Api::all(client.clone())]
+    } else {
+        config
+            .namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect()
+    };
+    for api in apis {
+        if let Err(e) = api.list(&ListParams::default().limit(1)).await {
+            return Err(match &e {
+                kube::Error::Api(s) if s.is_not_found() => format!(
+                    "the Workflow CRD (workflows.lyra.dev) is not installed: run `lyra crd | kubectl apply -f -` ({e})"
+                ),
+                _ => format!("cannot list Workflow objects: {e}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs the controllers until `shutdown` turns true, then stops taking work, interrupts the
+/// runs in progress cleanly (running steps finish and are recorded, leases are released)
+/// and returns when they are done.
+pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::Receiver<bool>) {
+    let apis: Vec<Api<Workflow>> = if config.namespaces.is_empty() {
+        vec![Api::all(ctx.client.clone())]
+    } else {
+        config
+            .namespaces
+            .iter()
+            .map(|ns| Api::namespaced(ctx.client.clone(), ns))
+            .collect()
+    };
+    let runtime = Arc::clone(&ctx.runtime);
+    let mut stop = shutdown.clone();
+    let interrupter = tokio::spawn(async move {
+        if stop.wait_for(|down| *down).await.is_ok() {
+            runtime.shut_down();
+        }
+    });
+    let controllers = apis.into_iter().map(|api| {
+        let mut rx = shutdown.clone();
+        let trigger = async move {
+            let _ = rx.wait_for(|down| *down).await;
+        };
+        Controller::new(api, watcher::Config::default())
+            .with_config(controller::Config::default().concurrency(config.concurrency))
+            .graceful_shutdown_on(trigger)
+            .run(reconcile, error_policy, Arc::clone(&ctx))
+            .for_each(|result| async move {
+                match result {
+                    Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
+                    Err(controller::Error::ReconcilerFailed(e, obj)) if e.is_wait() => {
+                        tracing::debug!(object = %obj, "{e}");
+                    }
+                    Err(controller::Error::ReconcilerFailed(e, obj)) => {
+                        tracing::warn!(object = %obj, error = %e, "reconcile failed");
+                    }
+                    Err(controller::Error::ObjectNotFound(obj)) => {
+                        tracing::debug!(object = %obj, "object gone before its reconcile");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "controller error"),
+                }
+            })
+    });
+    futures::future::join_all(controllers).await;
+    interrupter.abort();
+}
+
+async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let ns = wf.namespace().ok_or(Error::Unnamed)?;
+    let api: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, wf, |event| async {
+        let (wf, deleting) = match event {
+            finalizer::Event::Apply(wf) => (wf, false),
+            finalizer::Event::Cleanup(wf) => (wf, true),
+        };
+        let Some(job) = Job::from_workflow(&wf) else {
+            return Ok(Action::await_change());
+        };
+        let reporter = KubeReporter {
+            api: api.clone(),
+            name: job.key.name.clone(),
+            recorder: &ctx.recorder,
+            reference: wf.object_ref(&()),
+        };
+        let status = wf.status.as_ref();
+        let next = if deleting {
+            ctx.runtime.cleanup(&job, status, &reporter).await?
+        } else {
+            ctx.runtime.apply(&job, status, &reporter).await?
+        };
+        Ok(match next {
+            Next::Requeue(d) => Action::requeue(d),
+            Next::Done => Action::await_change(),
+        })
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    let label = match &result {
+        Ok(_) => "ok",
+        Err(e) if e.is_wait() => "waiting",
+        Err(_) => "error",
+    };
+    ctx.runtime.metrics().reconciled(label, started.elapsed());
+    result
+}
+
+fn error_policy(_wf: Arc<Workflow>, error: &Error, _ctx: Arc<Context>) -> Action {
+    // Errors the core classified carry their backoff; anything else (the API server
+    // refusing a patch) is retried soon, jittered so a burst does not come back at once.
+    Action::requeue(
+        error
+            .retry_after()
+            .unwrap_or_else(|| Duration::from_millis(5_000 + rand::random::<u64>() % 5_000)),
+    )
+}
+
+/// Reports to the API server: status by merge patch on the status subresource (only the
+/// fields that changed, `null` for the ones removed), events through the recorder.
+struct KubeReporter<'a> {
+    api: Api<Workflow>,
+    name: String,
+    recorder: &'a Recorder,
+    reference: ObjectReference,
+}
+
+#[async_trait]
+impl Reporter for KubeReporter<'_> {
+    async fn write_status(&self, old: &WorkflowStatus, new: &WorkflowStatus) -> Result<(), ReportError> {
+        let Some(patch) = merge_patch(&serde_json::to_value(old)?, &serde_json::to_value(new)?) else {
+            return Ok(());
+        };
+        let body = serde_json::json!({ "status": patch });
+        self.api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await?;
+        Ok(())
+    }
+
+    async fn publish(&self, note: Note) {
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason,
+            // The API limits notes to 1 kB.
+            note: Some(note.message.chars().take(1000).collect()),
+            action: note.action,
+            secondary: note.resource.map(|(kind, name)| ObjectReference {
+                kind: Some(kind),
+                name: Some(name),
+                ..ObjectReference::default()
+            }),
+        };
+        if let Err(e) = self.recorder.publish(&event, &self.reference).await {
+            tracing::debug!(object = %self.name, error = %e, "could not publish an event");
+        }
+    }
+}

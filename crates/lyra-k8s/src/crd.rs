@@ -1,0 +1,272 @@
+//! The `Workflow` custom resource: wire types only. The engine's types never appear here, so
+//! the CRD can evolve (additively, within `v1alpha1`) without touching the engine and the
+//! other way round. Integers are signed: schemars renders unsigned ones with `uint` formats
+//! that apiservers warn about.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Added to every Workflow; released only when its resources are gone (or forgotten).
+pub const FINALIZER: &str = "lyra.dev/cleanup";
+/// Changing this annotation's value asks for a run; the value handled last is echoed in
+/// `status.lastHandledReconcileAt`.
+pub const RECONCILE_REQUESTED_AT: &str = "lyra.dev/reconcile-requested-at";
+
+/// A Lyra workflow deployed to the cluster: the controller applies it and keeps it applied.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "lyra.dev",
+    version = "v1alpha1",
+    kind = "Workflow",
+    plural = "workflows",
+    singular = "workflow",
+    namespaced,
+    shortname = "wf",
+    category = "lyra",
+    status = "WorkflowStatus",
+    doc = "A Lyra workflow deployed as a Kubernetes object: the controller applies it with the shared state and keeps it applied.",
+    printcolumn(name = "Workflow", type_ = "string", json_path = ".status.workflow", description = "The workflow applied"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Steps", type_ = "string", json_path = ".status.progress", description = "Steps done / total"),
+    printcolumn(name = "Message", type_ = "string", json_path = ".status.message", priority = 0),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("has(self.workflowName) != has(self.workflow)").message("set exactly one of workflowName and workflow"))]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowSpec {
+    /// The workflow to apply, by name on the controller's load path (`a::b` is `a/b.yaml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub workflow_name: Option<String>,
+    /// The workflow itself, embedded as a YAML object (what a workflow file would hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub workflow: Option<Value>,
+    /// Data for the workflow's lookups: nested values, and flat dotted keys
+    /// (`aws.tags.Name: x`) as the original Lyra took them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub data: Option<Value>,
+    /// Re-apply this often (e.g. `60s`, `5m`, `1h30m`) to correct drift. Default: only when
+    /// the object changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub refresh_interval: Option<String>,
+    /// What deleting this object does to the resources: `Delete` them (default) or `Orphan`
+    /// them (leave them, and forget them).
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+    /// While true, nothing is applied. Deleting the object still cleans up.
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DeletionPolicy {
+    #[default]
+    Delete,
+    Orphan,
+}
+
+/// Where a Workflow is in its life.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Seen, not run yet (or suspended before the first run).
+    Pending,
+    /// A run is in progress.
+    Applying,
+    /// The last apply succeeded for the current spec.
+    Ready,
+    /// The last apply failed, or the input is invalid.
+    Failed,
+    /// The object is being deleted and its resources torn down.
+    Deleting,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 5] = [Phase::Pending, Phase::Applying, Phase::Ready, Phase::Failed, Phase::Deleting];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Applying => "Applying",
+            Phase::Ready => "Ready",
+            Phase::Failed => "Failed",
+            Phase::Deleting => "Deleting",
+        }
+    }
+}
+
+/// What the controller last observed and did.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowStatus {
+    /// `Ready`, `Reconciling` and `Stalled`, kstatus style, each with `observedGeneration`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions")]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The workflow applied (its name; an inline workflow is named after the object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The state key of the deployment: `k8s/<namespace>/<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// One line for people: what is happening or what went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Resource steps done / total, e.g. `3/4`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// One row per resource step of the last run, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepStatus>,
+    /// The workflow's returns after the last successful apply; secrets show as `(sensitive)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub returns: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<RunSummary>,
+    /// Who holds the deployment's lease while a run is in progress (or, when a run was
+    /// refused, who held it then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_holder: Option<String>,
+    /// The value of the `lyra.dev/reconcile-requested-at` annotation last acted upon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+}
+
+/// One resource step.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    /// The step's id in the deployment (`appServers/1`).
+    pub name: String,
+    /// Resource type, `Ns::Type`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
+    /// `create`, `update`, `replace`, `read`, `no-op`...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action: Option<String>,
+    /// `done`, `failed`, `skipped`, `guarded-off`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Runs that tried this step since it last succeeded, that success included.
+    #[serde(default)]
+    pub attempts: i32,
+}
+
+/// The last run, as recorded in the state's history (`lyra history k8s/<ns>/<name>`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// The run's id in the state history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    /// `apply` or `delete`.
+    pub operation: String,
+    /// `succeeded`, `failed` or `cancelled`.
+    pub outcome: String,
+    /// When it finished.
+    pub time: Time,
+    /// What changed: `created 2, updated 1, deleted 0, unchanged 3, failed 0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<String>,
+}
+
+fn free_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// Conditions as a map keyed by type, so server-side apply merges them per type.
+fn conditions(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = generator.subschema_for::<Vec<Condition>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    schema
+}
+
+/// The CRD as YAML, as committed in `crds/workflow.yaml` and printed by `lyra crd`.
+pub fn crd_yaml() -> String {
+    let crd = Workflow::crd();
+    let body = serde_saphyr::to_string(&crd).expect("a CRD serializes to YAML");
+    format!(
+        "# Generated from the Rust types in crates/lyra-k8s/src/crd.rs; regenerate with\n\
+         # `cargo run -q -p lyra-cli -- crd > crates/lyra-k8s/crds/workflow.yaml`.\n---\n{body}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_crd_is_current() {
+        let committed = include_str!("../crds/workflow.yaml");
+        assert!(
+            committed == crd_yaml(),
+            "crates/lyra-k8s/crds/workflow.yaml is stale; regenerate it with\n  \
+             cargo run -q -p lyra-cli -- crd > crates/lyra-k8s/crds/workflow.yaml"
+        );
+    }
+
+    #[test]
+    fn crd_names_scope_and_columns() {
+        let crd = Workflow::crd();
+        assert_eq!(crd.metadata.name.as_deref(), Some("workflows.lyra.dev"));
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["wf".to_owned()]));
+        assert_eq!(crd.spec.names.categories, Some(vec!["lyra".to_owned()]));
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, "v1alpha1");
+        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        let columns: Vec<&str> = v
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(columns, ["Workflow", "Phase", "Ready", "Steps", "Message", "Age"]);
+    }
+
+    #[test]
+    fn schema_has_no_unsigned_formats_and_checks_the_workflow_choice() {
+        let json = serde_json::to_string(&Workflow::crd()).unwrap();
+        assert!(!json.contains("uint"), "unsigned formats upset apiservers");
+        assert!(json.contains("has(self.workflowName) != has(self.workflow)"));
+        assert!(json.contains("x-kubernetes-preserve-unknown-fields"));
+    }
+
+    #[test]
+    fn spec_reads_nested_and_dotted_data_and_defaults() {
+        let wf: Workflow = serde_json::from_value(serde_json::json!({
+            "apiVersion": "lyra.dev/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"name": "x", "namespace": "ns"},
+            "spec": {"workflowName": "webapp", "data": {"webapp": {"replicas": 2}, "aws.tags.Name": "x"}}
+        }))
+        .unwrap();
+        assert_eq!(wf.spec.deletion_policy, DeletionPolicy::Delete);
+        assert!(!wf.spec.suspend);
+        assert_eq!(wf.spec.refresh_interval, None);
+        assert_eq!(wf.spec.data.as_ref().unwrap()["aws.tags.Name"], "x");
+        // Unset fields are left out, so status and spec patches never write nulls.
+        let back = serde_json::to_value(&wf.spec).unwrap();
+        assert!(back.get("workflow").is_none());
+        assert!(serde_json::to_value(WorkflowStatus::default()).unwrap().as_object().unwrap().is_empty());
+    }
+}

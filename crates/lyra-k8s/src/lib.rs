@@ -1,0 +1,18 @@
+//! Lyra's Kubernetes facade: the `Workflow` custom resource ([`crd`]), its status
+//! ([`status`]), and the reconciler ([`reconcile`] is the core, testable without a cluster;
+//! [`controller`] wires it to kube-runtime).
+//!
+//! A Workflow's deployment in the shared state is `k8s/<namespace>/<name>`, and the
+//! controller holds the deployment's lease as `controller/<namespace>/<name>` while it runs,
+//! so the CLI sees (and is refused by) the controller's runs, and the other way round.
+
+pub mod controller;
+pub mod crd;
+pub mod data;
+pub mod metrics;
+pub mod reconcile;
+pub mod retry;
+pub mod status;
+
+pub use crd::{FINALIZER, Workflow, WorkflowSpec, WorkflowStatus, crd_yaml};
+pub use reconcile::{Job, Next, ObjectKey, ReconcileError, Reporter, Runtime, Settings, WorkflowRef};

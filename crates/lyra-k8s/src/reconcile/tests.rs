@@ -1,0 +1,437 @@
+//! The reconcile flow against a real SQLite state, the built-in providers and a reporter that
+//! records what it is told.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use lyra_core::state::LeaseGrant;
+use lyra_providers::{ProvidersConfig, builtin};
+use serde_json::json;
+
+use super::*;
+use crate::status::{READY, RECONCILING, STALLED, condition, is_true};
+
+#[derive(Default)]
+struct Recorded {
+    statuses: Mutex<Vec<WorkflowStatus>>,
+    notes: Mutex<Vec<Note>>,
+}
+
+#[async_trait]
+impl Reporter for Recorded {
+    async fn write_status(&self, old: &WorkflowStatus, new: &WorkflowStatus) -> Result<(), ReportError> {
+        assert_ne!(old, new, "status writes happen only on change");
+        self.statuses.lock().unwrap().push(new.clone());
+        Ok(())
+    }
+    async fn publish(&self, note: Note) {
+        self.notes.lock().unwrap().push(note);
+    }
+}
+
+impl Recorded {
+    fn last(&self) -> WorkflowStatus {
+        self.statuses.lock().unwrap().last().cloned().expect("a status was written")
+    }
+    fn writes(&self) -> usize {
+        self.statuses.lock().unwrap().len()
+    }
+    fn reasons(&self) -> Vec<String> {
+        self.notes.lock().unwrap().iter().map(|n| n.reason.clone()).collect()
+    }
+}
+
+const PAIR: &str = "\
+parameters:
+  greeting: {type: String, lookup: greeting}
+returns: [echoed]
+steps:
+  first:
+    returns: {firstOut: output}
+    resource: Null::Resource
+    value: {input: $greeting}
+  second:
+    returns: {echoed: output}
+    resource: Null::Resource
+    value: {input: $firstOut}
+";
+
+const CLOUD: &str = "\
+steps:
+  vm:
+    resource: Foobernetes::Instance
+    value: {location: eu1, image: x, cpus: 1, memory: 1G}
+";
+
+struct Harness {
+    dir: tempfile::TempDir,
+    store: Arc<dyn StateStore>,
+}
+
+impl Harness {
+    async fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+        std::fs::write(dir.path().join("workflows/pair.yaml"), PAIR).unwrap();
+        std::fs::write(dir.path().join("workflows/cloud.yaml"), CLOUD).unwrap();
+        let store = lyra_state::open(&dir.path().join("state.db").display().to_string())
+            .await
+            .unwrap();
+        Harness { dir, store }
+    }
+
+    fn runtime_with(&self, cloud: &Path) -> Runtime {
+        let providers = Arc::new(builtin(&ProvidersConfig {
+            foobernetes_file: cloud.to_path_buf(),
+        }));
+        let mut settings = Settings::new(self.dir.path().join("workflows"));
+        settings.backoff = Backoff {
+            base: Duration::from_secs(60),
+            max: Duration::from_secs(600),
+        };
+        Runtime::new(providers, Arc::clone(&self.store), settings, Arc::new(Metrics::new()))
+    }
+
+    fn runtime(&self) -> Runtime {
+        self.runtime_with(&self.dir.path().join("deployment.json"))
+    }
+
+    /// A Foobernetes file that cannot be written: every create fails.
+    fn broken_cloud(&self) -> PathBuf {
+        self.dir.path().join("missing-dir/deployment.json")
+    }
+}
+
+fn job(name: &str, workflow: &str, generation: i64, data: Value) -> Job {
+    Job {
+        key: ObjectKey::new("ns", name),
+        generation: Some(generation),
+        workflow: Ok(WorkflowRef::Named(workflow.to_owned())),
+        data: Some(data),
+        refresh_interval: None,
+        deletion_policy: DeletionPolicy::Delete,
+        suspend: false,
+        requested_at: None,
+    }
+}
+
+#[tokio::test]
+async fn applies_reports_and_then_leaves_an_applied_object_alone() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = job("x", "pair", 1, json!({"greeting": "hi"}));
+    let next = rt.apply(&j, None, &r).await.unwrap();
+    assert_eq!(next, Next::Requeue(rt.settings.idle_requeue));
+    let s = r.last();
+    assert_eq!(s.phase, Some(Phase::Ready));
+    assert!(is_true(&s, READY) && !is_true(&s, RECONCILING) && !is_true(&s, STALLED));
+    assert_eq!(s.observed_generation, Some(1));
+    assert_eq!(s.deployment.as_deref(), Some("k8s/ns/x"));
+    assert_eq!(s.progress.as_deref(), Some("2/2"));
+    assert_eq!(s.returns, Some(json!({"echoed": "hi"})));
+    assert_eq!(s.lease_holder, None);
+    let steps: Vec<(&str, &str, Option<&str>)> = s
+        .steps
+        .iter()
+        .map(|st| (st.name.as_str(), st.state.as_str(), st.last_action.as_deref()))
+        .collect();
+    assert_eq!(steps, [("first", "done", Some("create")), ("second", "done", Some("create"))]);
+    let run = s.last_run.as_ref().unwrap();
+    assert_eq!((run.operation.as_str(), run.outcome.as_str()), ("apply", "succeeded"));
+    assert!(run.id.is_some());
+    // While it ran, the status said so and named the lease holder.
+    let running = &r.statuses.lock().unwrap()[0];
+    assert_eq!(running.phase, Some(Phase::Applying));
+    assert_eq!(running.lease_holder.as_deref(), Some("controller/ns/x"));
+    assert_eq!(r.reasons(), ["Applying", "Created", "Created", "Applied"]);
+
+    // The shared state has it, under the object's key, with its lease released.
+    let state = h.store.load("k8s/ns/x").await.unwrap().unwrap();
+    assert_eq!(state.resources.len(), 2);
+    assert_eq!(h.store.lease("k8s/ns/x").await.unwrap(), None);
+
+    // The reconciles its own status writes trigger run nothing, in this process or in a
+    // restarted one (which only has the status to go by).
+    let writes = r.writes();
+    rt.apply(&j, Some(&s), &r).await.unwrap();
+    h.runtime().apply(&j, Some(&s), &r).await.unwrap();
+    assert_eq!(r.writes(), writes);
+    assert_eq!(h.store.history("k8s/ns/x").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_spec_change_applies_only_the_difference() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    rt.apply(&job("x", "pair", 1, json!({"greeting": "hi"})), None, &r)
+        .await
+        .unwrap();
+    let s = r.last();
+    rt.apply(&job("x", "pair", 2, json!({"greeting": "bye"})), Some(&s), &r)
+        .await
+        .unwrap();
+    let s = r.last();
+    assert_eq!(s.observed_generation, Some(2));
+    assert!(is_true(&s, READY));
+    assert_eq!(s.returns, Some(json!({"echoed": "bye"})));
+    assert_eq!(s.last_run.unwrap().changes.as_deref(), Some("updated 2"));
+}
+
+#[tokio::test]
+async fn bad_input_stalls_without_retrying_until_the_spec_changes() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+
+    let missing = job("x", "nosuch", 1, json!({}));
+    assert_eq!(rt.apply(&missing, None, &r).await.unwrap(), Next::Requeue(rt.settings.idle_requeue));
+    let s = r.last();
+    assert!(is_true(&s, STALLED) && !is_true(&s, READY) && !is_true(&s, RECONCILING));
+    assert_eq!(condition(&s, STALLED).unwrap().reason, "WorkflowNotFound");
+    assert!(s.message.as_deref().unwrap().contains("workflow 'nosuch' not found"), "{s:?}");
+    assert_eq!(s.phase, Some(Phase::Failed));
+    // Again, for the same generation: nothing runs, nothing is written.
+    let writes = r.writes();
+    rt.apply(&missing, Some(&s), &r).await.unwrap();
+    h.runtime().apply(&missing, Some(&s), &r).await.unwrap();
+    assert_eq!(r.writes(), writes);
+
+    // Wrong data types: terminal, naming the parameter and its place in the workflow.
+    let wrong = job("x", "pair", 2, json!({"greeting": {"not": "a string"}}));
+    rt.apply(&wrong, Some(&s), &r).await.unwrap();
+    let s = r.last();
+    assert_eq!(condition(&s, STALLED).unwrap().reason, "InvalidData");
+    assert!(s.message.as_deref().unwrap().contains("pair.yaml:2:3"), "{:?}", s.message);
+
+    // The fix is a spec change, which runs at once.
+    rt.apply(&job("x", "pair", 3, json!({"greeting": "hi"})), Some(&s), &r)
+        .await
+        .unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY) && !is_true(&s, STALLED));
+}
+
+#[tokio::test]
+async fn an_invalid_inline_workflow_is_reported_with_positions() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let mut j = job("inline", "unused", 1, json!({}));
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        body: json!({"steps": {"a": {"resource": "Nope::Thing", "value": {}}}}),
+    });
+    rt.apply(&j, None, &r).await.unwrap();
+    let s = r.last();
+    assert_eq!(condition(&s, STALLED).unwrap().reason, "InvalidWorkflow");
+    let m = &condition(&s, STALLED).unwrap().message;
+    assert!(m.contains("ns/inline spec.workflow:") && m.contains("Nope::Thing"), "{m}");
+}
+
+#[tokio::test]
+async fn an_inline_workflow_applies() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let mut j = job("inline", "unused", 1, json!({"greeting": "hey", "deep.key": 1}));
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        // What the API server hands back for the PAIR workflow written inline.
+        body: json!({
+            "parameters": {"greeting": {"type": "String", "lookup": "greeting"}},
+            "returns": ["echoed"],
+            "steps": {
+                "first": {"returns": {"firstOut": "output"}, "resource": "Null::Resource", "value": {"input": "$greeting"}},
+                "second": {"returns": {"echoed": "output"}, "resource": "Null::Resource", "value": {"input": "$firstOut"}},
+            },
+        }),
+    });
+    rt.apply(&j, None, &r).await.unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY), "{s:?}");
+    assert_eq!(s.workflow.as_deref(), Some("inline"));
+    assert_eq!(s.returns, Some(json!({"echoed": "hey"})));
+}
+
+#[tokio::test]
+async fn a_held_lease_is_retried_with_backoff_and_names_the_holder() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let grant = h
+        .store
+        .acquire_lease(&lyra_core::state::LeaseRequest {
+            deployment: "k8s/ns/x".into(),
+            owner: "alice@laptop".into(),
+            operation: "apply".into(),
+            token: "t".into(),
+            ttl_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(grant, LeaseGrant::Acquired(_)));
+    let j = job("x", "pair", 1, json!({"greeting": "hi"}));
+    let err = rt.apply(&j, None, &r).await.unwrap_err();
+    let ReconcileError::Retry { after, message } = err else {
+        panic!("expected a retry, got {err:?}")
+    };
+    assert!(after >= Duration::from_secs(30) && after <= Duration::from_secs(60), "{after:?}");
+    assert!(message.contains("alice@laptop"), "{message}");
+    let s = r.last();
+    assert_eq!(s.lease_holder.as_deref(), Some("alice@laptop"));
+    assert!(is_true(&s, RECONCILING) && !is_true(&s, STALLED) && !is_true(&s, READY));
+    assert_eq!(condition(&s, READY).unwrap().reason, "Locked");
+    // The reconcile its status write triggers waits for the backoff instead of retrying.
+    let writes = r.writes();
+    match rt.apply(&j, Some(&s), &r).await {
+        Ok(Next::Requeue(d)) => assert!(d <= after),
+        other => panic!("expected a wait, got {other:?}"),
+    }
+    assert_eq!(r.writes(), writes);
+    assert!(h.store.load("k8s/ns/x").await.unwrap().is_none(), "nothing ran");
+}
+
+#[tokio::test]
+async fn a_provider_failure_is_retried_and_recovers() {
+    let h = Harness::new().await;
+    let r = Recorded::default();
+    let j = job("c", "cloud", 1, json!({}));
+    let broken = h.runtime_with(&h.broken_cloud());
+    let err = broken.apply(&j, None, &r).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Retry { .. }), "{err:?}");
+    let s = r.last();
+    assert_eq!(s.phase, Some(Phase::Failed));
+    assert_eq!(condition(&s, READY).unwrap().reason, "ApplyFailed");
+    assert!(s.message.as_deref().unwrap().starts_with("step vm:"), "{:?}", s.message);
+    assert_eq!(s.steps[0].state, "failed");
+    assert_eq!(s.steps[0].attempts, 1);
+    assert!(s.steps[0].last_error.is_some());
+    assert!(r.reasons().contains(&"StepFailed".to_owned()));
+
+    // The fault clears (a restarted controller with a working cloud): Ready.
+    h.runtime().apply(&j, Some(&s), &r).await.unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY));
+    assert_eq!((s.steps[0].state.as_str(), s.steps[0].attempts), ("done", 2));
+}
+
+#[tokio::test]
+async fn cleanup_deletes_everything_before_releasing() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = job("c", "cloud", 1, json!({}));
+    rt.apply(&j, None, &r).await.unwrap();
+    let s = r.last();
+
+    // A delete that fails keeps the finalizer: Stalled, with the error, and retried.
+    let broken = h.runtime_with(&h.broken_cloud());
+    let err = broken.cleanup(&j, Some(&s), &r).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Retry { .. }), "{err:?}");
+    let s = r.last();
+    assert_eq!(s.phase, Some(Phase::Deleting));
+    assert!(is_true(&s, STALLED));
+    assert_eq!(h.store.load("k8s/ns/c").await.unwrap().unwrap().resources.len(), 1);
+    // ... and waits for its backoff rather than retrying on its own status write.
+    assert!(matches!(broken.cleanup(&j, Some(&s), &r).await, Err(ReconcileError::Wait(_))));
+
+    assert_eq!(rt.cleanup(&j, Some(&s), &r).await.unwrap(), Next::Done);
+    let state = h.store.load("k8s/ns/c").await.unwrap().unwrap_or_default();
+    assert!(state.resources.is_empty());
+    assert!(r.reasons().ends_with(&["Deleting".to_owned(), "Deleted".to_owned(), "Deleted".to_owned()]));
+    let cloud = std::fs::read_to_string(h.dir.path().join("deployment.json")).unwrap();
+    assert!(!cloud.contains("\"i-"), "{cloud}");
+}
+
+#[tokio::test]
+async fn orphan_forgets_without_deleting() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let mut j = job("c", "cloud", 1, json!({}));
+    rt.apply(&j, None, &r).await.unwrap();
+    j.deletion_policy = DeletionPolicy::Orphan;
+    assert_eq!(rt.cleanup(&j, Some(&r.last()), &r).await.unwrap(), Next::Done);
+    assert!(h.store.load("k8s/ns/c").await.unwrap().is_none());
+    let cloud = std::fs::read_to_string(h.dir.path().join("deployment.json")).unwrap();
+    assert!(cloud.contains("\"i-"), "the instance is still there: {cloud}");
+    assert!(r.reasons().contains(&"Orphaned".to_owned()));
+}
+
+#[tokio::test]
+async fn suspend_applies_nothing_but_cleanup_still_works() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let mut j = job("x", "pair", 1, json!({"greeting": "hi"}));
+    j.suspend = true;
+    rt.apply(&j, None, &r).await.unwrap();
+    let s = r.last();
+    assert_eq!(condition(&s, RECONCILING).unwrap().reason, "Suspended");
+    assert!(h.store.load("k8s/ns/x").await.unwrap().is_none());
+    assert_eq!(rt.cleanup(&j, Some(&s), &r).await.unwrap(), Next::Done);
+}
+
+#[tokio::test]
+async fn the_reconcile_annotation_triggers_a_run_and_is_acknowledged() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let mut j = job("x", "pair", 1, json!({"greeting": "hi"}));
+    rt.apply(&j, None, &r).await.unwrap();
+    j.requested_at = Some("2026-01-01T00:00:00Z".into());
+    rt.apply(&j, Some(&r.last()), &r).await.unwrap();
+    assert_eq!(h.store.history("k8s/ns/x").await.unwrap().len(), 2);
+    assert_eq!(r.last().last_handled_reconcile_at, j.requested_at);
+}
+
+#[test]
+fn refresh_is_due_from_the_last_run_after_a_restart() {
+    let j = Job {
+        refresh_interval: Some("60s".into()),
+        ..job("x", "pair", 1, json!({}))
+    };
+    let mut s = WorkflowStatus::default();
+    let t0 = Time(Timestamp::from_second(1_800_000_000).unwrap());
+    judge(&mut s, &Verdict::Applied, Some(1), &t0);
+    s.last_run = Some(RunSummary {
+        id: Some(1),
+        operation: "apply".into(),
+        outcome: "succeeded".into(),
+        time: t0.clone(),
+        changes: None,
+    });
+    let refresh = Some(Duration::from_secs(60));
+    let now = Instant::now();
+    let wall = |secs: i64| Timestamp::from_second(1_800_000_000 + secs).unwrap();
+    assert_eq!(decide(&j, Some(&s), None, refresh, now, wall(20)), Decision::Wait(Duration::from_secs(40)));
+    assert_eq!(decide(&j, Some(&s), None, refresh, now, wall(61)), Decision::Run);
+    assert_eq!(decide(&j, Some(&s), None, None, now, wall(61)), Decision::Idle);
+    // A run interrupted by a crash shows as Applying: it is resumed.
+    s.phase = Some(Phase::Applying);
+    assert_eq!(decide(&j, Some(&s), None, None, now, wall(1)), Decision::Run);
+    // A newer generation always runs.
+    assert_eq!(decide(&job("x", "pair", 2, json!({})), Some(&s), None, None, now, wall(1)), Decision::Run);
+}
+
+#[test]
+fn intervals_and_jobs_from_objects() {
+    assert_eq!(parse_interval(Some("1h30m")), Ok(Some(Duration::from_secs(5400))));
+    assert!(parse_interval(Some("soon")).is_err());
+    assert!(parse_interval(Some("10ms")).is_err());
+    let mut wf = Workflow::new("x", crate::crd::WorkflowSpec::default());
+    wf.metadata.namespace = Some("ns".into());
+    wf.metadata.generation = Some(4);
+    wf.metadata.annotations = Some([(crate::crd::RECONCILE_REQUESTED_AT.to_owned(), "now".to_owned())].into());
+    let j = Job::from_workflow(&wf).unwrap();
+    assert!(j.workflow.unwrap_err().contains("set spec.workflowName"));
+    assert_eq!((j.key.deployment(), j.key.owner()), ("k8s/ns/x".into(), "controller/ns/x".into()));
+    assert_eq!((j.generation, j.requested_at.as_deref()), (Some(4), Some("now")));
+    wf.spec.workflow_name = Some("a".into());
+    wf.spec.workflow = Some(json!({}));
+    assert!(Job::from_workflow(&wf).unwrap().workflow.unwrap_err().contains("not both"));
+    wf.metadata.namespace = None;
+    assert!(Job::from_workflow(&wf).is_none());
+}

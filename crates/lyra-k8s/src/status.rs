@@ -1,0 +1,262 @@
+//! Computing a Workflow's status: kstatus conditions, phase, message, step rows. Pure
+//! functions of the previous status and what happened, so they are tested without a cluster.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use lyra_core::report::{Action, Report, Status};
+use lyra_core::state::ChangeCounts;
+use serde_json::Value;
+
+use crate::crd::{Phase, StepStatus, WorkflowStatus};
+
+pub const READY: &str = "Ready";
+pub const RECONCILING: &str = "Reconciling";
+pub const STALLED: &str = "Stalled";
+
+/// How a reconcile left the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A run (`apply` or `delete`) is in progress.
+    Running { deleting: bool },
+    /// The workflow is applied as specified.
+    Applied,
+    /// Failed; will be retried by itself.
+    Retrying { reason: String, message: String, phase: Phase },
+    /// Failed in a way retrying cannot fix: waits for a spec change.
+    Stalled { reason: String, message: String, phase: Phase },
+    /// `spec.suspend` is true.
+    Suspended,
+}
+
+/// Applies `verdict` to `status` for `generation`: conditions (with `lastTransitionTime`
+/// moved only when a condition's status flips), phase, message and observed generation.
+pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<i64>, now: &Time) {
+    let ready_before = is_true(status, READY);
+    let same_generation = status.observed_generation == generation && status.observed_generation.is_some();
+    let mut set = |type_: &str, value: bool, reason: &str, message: &str| {
+        set_condition(&mut status.conditions, type_, value, reason, message, generation, now);
+    };
+    let (phase, message) = match verdict {
+        Verdict::Running { deleting: false } => {
+            let message = "applying the workflow".to_owned();
+            // A periodic re-apply of an unchanged, ready object keeps it Ready; a new spec is
+            // not ready until applied (so `kubectl wait --for=condition=Ready` waits for it).
+            if !(ready_before && same_generation) {
+                set(READY, false, "Progressing", &message);
+            }
+            set(RECONCILING, true, "Applying", &message);
+            set(STALLED, false, "Applying", "");
+            (Phase::Applying, message)
+        }
+        Verdict::Running { deleting: true } => {
+            let message = "deleting the resources".to_owned();
+            set(READY, false, "Deleting", &message);
+            set(RECONCILING, true, "Deleting", &message);
+            set(STALLED, false, "Deleting", "");
+            (Phase::Deleting, message)
+        }
+        Verdict::Applied => {
+            let message = "applied".to_owned();
+            set(READY, true, "Applied", &message);
+            set(RECONCILING, false, "Applied", "");
+            set(STALLED, false, "Applied", "");
+            (Phase::Ready, message)
+        }
+        Verdict::Retrying { reason, message, phase } => {
+            set(READY, false, reason, message);
+            set(RECONCILING, true, reason, message);
+            set(STALLED, false, reason, "");
+            (*phase, message.clone())
+        }
+        Verdict::Stalled { reason, message, phase } => {
+            set(READY, false, reason, message);
+            set(RECONCILING, false, reason, "");
+            set(STALLED, true, reason, message);
+            (*phase, message.clone())
+        }
+        Verdict::Suspended => {
+            let message = "suspended: nothing is applied while spec.suspend is true".to_owned();
+            if !ready_before {
+                set(READY, false, "Suspended", &message);
+            }
+            set(RECONCILING, false, "Suspended", &message);
+            set(STALLED, false, "Suspended", "");
+            (status.phase.unwrap_or(Phase::Pending), message)
+        }
+    };
+    status.phase = Some(phase);
+    status.message = Some(one_line(&message));
+    status.observed_generation = generation;
+}
+
+/// Sets one condition; `lastTransitionTime` changes only when its status does.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = if value { "True" } else { "False" }.to_owned();
+    let new = |last_transition_time: Time| Condition {
+        type_: type_.to_owned(),
+        status: status.clone(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time,
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => *c = new(c.last_transition_time.clone()),
+        Some(c) => *c = new(now.clone()),
+        None => conditions.push(new(now.clone())),
+    }
+}
+
+pub fn condition<'a>(status: &'a WorkflowStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+pub fn is_true(status: &WorkflowStatus, type_: &str) -> bool {
+    condition(status, type_).is_some_and(|c| c.status == "True")
+}
+
+/// The status's one-line message: the first line, shortened (the full text is in the
+/// conditions).
+pub fn one_line(message: &str) -> String {
+    let first = message.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    // Help text stays in the conditions; the one-liner is for `kubectl get`.
+    let first = first.split(" (help: ").next().unwrap_or(first);
+    let more = message.lines().filter(|l| !l.trim().is_empty()).count() > 1;
+    let mut s: String = first.chars().take(200).collect();
+    if more || first.chars().count() > 200 {
+        s.push_str(" …");
+    }
+    s
+}
+
+/// The step rows after a run: one per resource step the run visited, sorted by name (the
+/// report lists them in finishing order, which would change the status on every run).
+/// Resources the run deleted are gone; `attempts` counts on from the previous rows.
+pub fn step_rows(previous: &[StepStatus], report: &Report) -> Vec<StepStatus> {
+    let mut rows: Vec<StepStatus> = report
+        .steps
+        .iter()
+        .filter(|s| s.type_name.is_some() && s.action != Action::Group)
+        .filter(|s| !(s.action == Action::Delete && s.status == Status::Done))
+        .map(|s| {
+            let before = previous.iter().find(|p| p.name == s.id);
+            let attempts = match (s.status, before) {
+                (Status::Done | Status::Failed, Some(b)) if b.state == "failed" => b.attempts.saturating_add(1),
+                (Status::Done | Status::Failed, _) => 1,
+                (_, Some(b)) => b.attempts,
+                (_, None) => 0,
+            };
+            StepStatus {
+                name: s.id.clone(),
+                type_: s.type_name.clone(),
+                external_id: s
+                    .external_id
+                    .clone()
+                    .or_else(|| before.and_then(|b| b.external_id.clone())),
+                last_action: Some(s.action.as_str().to_owned()),
+                state: s.status.as_str().to_owned(),
+                last_error: s.error.clone(),
+                attempts,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}
+
+/// `done/total` over the rows; steps whose `when` guard is off are not work to do.
+pub fn progress(rows: &[StepStatus]) -> String {
+    let total = rows.iter().filter(|r| r.state != "guarded-off").count();
+    let done = rows.iter().filter(|r| r.state == "done").count();
+    format!("{done}/{total}")
+}
+
+/// The workflow's returns with secrets masked.
+pub fn masked_returns(report: &Report) -> Option<Value> {
+    if report.returns.is_empty() {
+        return None;
+    }
+    let mut out = report.returns.clone();
+    for name in &report.sensitive_returns {
+        if let Some(v) = out.get_mut(name) {
+            *v = Value::String("(sensitive)".to_owned());
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// `created 2, updated 1, ...`, leaving out zeros (`no changes` when all are).
+pub fn changes_text(c: &ChangeCounts) -> String {
+    let parts: Vec<String> = [
+        ("created", c.created),
+        ("updated", c.updated),
+        ("replaced", c.replaced),
+        ("deleted", c.deleted),
+        ("failed", c.failed),
+        ("skipped", c.skipped),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(w, n)| format!("{w} {n}"))
+    .collect();
+    if parts.is_empty() {
+        "no changes".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The first failed step's error, for the status message.
+pub fn first_failure(report: &Report) -> Option<String> {
+    let mut failed: Vec<_> = report
+        .steps
+        .iter()
+        .filter(|s| s.status == Status::Failed && s.error.is_some())
+        .collect();
+    failed.sort_by(|a, b| a.id.cmp(&b.id));
+    failed
+        .first()
+        .map(|s| format!("step {}: {}", s.id, s.error.as_deref().unwrap_or_default()))
+}
+
+/// A JSON merge patch (RFC 7386) turning `old` into `new`; `None` when they are equal.
+///
+/// Removed keys become `null`, so a merge patch clears them (on a real apiserver as on
+/// emulators without server-side-apply field ownership). Lists are replaced whole.
+pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
+    if old == new {
+        return None;
+    }
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) => {
+                        if let Some(p) = merge_patch(ov, nv) {
+                            patch.insert(k.clone(), p);
+                        }
+                    }
+                    None => {
+                        patch.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            Some(Value::Object(patch))
+        }
+        _ => Some(new.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! Controller benchmark: 1,000 `Workflow` objects of 10 `Null::Resource` steps each, from
+//! `kubectl apply` to all Ready, against the emulator with the real `lyra-controller` binary.
+//! Prints the total time, reconciles/s, p50/p99 time-to-Ready (from each object's ADDED to
+//! its first Ready=True, seen through one watch) and the controller's peak memory.
+//!
+//! ```sh
+//! cargo build --release -p lyra-controller -p lyra-cli
+//! cargo bench -p integration-tests --bench controller
+//! ```
+//!
+//! The state is Postgres at `$LYRA_TEST_POSTGRES_URL` (default 127.0.0.1:5432) when reachable,
+//! in a schema of its own, else a SQLite file. `LYRA_BENCH_OBJECTS` changes the count.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use integration_tests::kube_emulator::KubeEmulator;
+use integration_tests::postgres::{Schema, available};
+use integration_tests::{controller_bin, lyra_bin};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+
+const STEPS: usize = 10;
+
+fn ten_steps() -> String {
+    let mut y = String::from("steps:\n");
+    for i in 0..STEPS {
+        y.push_str(&format!(
+            "  s{i}:\n    resource: Null::Resource\n    value:\n      input: step {i}\n"
+        ));
+    }
+    y
+}
+
+fn manifests(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "---\napiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: wf-{i:04}\n  namespace: default\nspec:\n  workflowName: ten\n"
+            )
+        })
+        .collect()
+}
+
+fn ready(obj: &DynamicObject) -> bool {
+    obj.data["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn metric(health: &str, name: &str) -> f64 {
+    use std::io::Read as _;
+    let Ok(mut s) = std::net::TcpStream::connect(health) else {
+        return 0.0;
+    };
+    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: {health}\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ') || r.starts_with('{')))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("LYRA_BENCH_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("workflows")).expect("workflows dir");
+    std::fs::write(dir.path().join("workflows/ten.yaml"), ten_steps()).expect("workflow");
+    let schema = if available() { Schema::new() } else { None };
+    let state = schema.as_ref().map_or_else(
+        || dir.path().join("state.db").display().to_string(),
+        |s| s.url.clone(),
+    );
+
+    let emulator = KubeEmulator::start().await.expect("emulator");
+    let kubeconfig = emulator.kubeconfig_path().to_path_buf();
+    let kubectl = |args: &[&str], stdin: Option<&str>| {
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECACHEDIR", dir.path().join(".kube-cache"))
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kubectl");
+        if let Some(input) = stdin {
+            child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write");
+        }
+        assert!(child.wait().expect("kubectl").success(), "kubectl {args:?} failed");
+    };
+    let crd = Command::new(lyra_bin()).arg("crd").output().expect("lyra crd").stdout;
+    kubectl(&["apply", "-f", "-"], Some(&String::from_utf8_lossy(&crd)));
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let health = format!("127.0.0.1:{port}");
+    let mut controller = Command::new(controller_bin())
+        .args(["--state", &state, "--workflows", "workflows", "--health-addr", &health])
+        .current_dir(dir.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("lyra-controller");
+
+    // One watch sees every object appear and turn Ready.
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(emulator.kubeconfig_path()).expect("kubeconfig"),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .expect("config");
+    let client = Client::try_from(config).expect("client");
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("lyra.dev", "v1alpha1", "Workflow"), "workflows");
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let watch = tokio::spawn(async move {
+        let mut added: HashMap<String, Instant> = HashMap::new();
+        let mut readied: HashMap<String, Duration> = HashMap::new();
+        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            let objs = match event {
+                Event::Apply(o) | Event::InitApply(o) => vec![o],
+                _ => vec![],
+            };
+            for o in objs {
+                let name = o.name_any();
+                let seen = *added.entry(name.clone()).or_insert_with(Instant::now);
+                if ready(&o) && !readied.contains_key(&name) {
+                    readied.insert(name, seen.elapsed());
+                    if readied.len() == n {
+                        let _ = done_tx.send(readied.clone());
+                        return;
+                    }
+                }
+            }
+        }
+    });
+
+    let started = Instant::now();
+    kubectl(&["apply", "-f", "-"], Some(&manifests(n)));
+    let applied = started.elapsed();
+    let readied = tokio::time::timeout(Duration::from_secs(1800), done_rx.recv())
+        .await
+        .expect("every object Ready within 30 minutes")
+        .expect("the watch ended");
+    let total = started.elapsed();
+    watch.abort();
+    let reconciles = metric(&health, "lyra_reconciles_total");
+    let peak = peak_rss_mib(controller.id());
+    let _ = controller.kill();
+    let _ = controller.wait();
+
+    let mut times: Vec<Duration> = readied.into_values().collect();
+    times.sort();
+    println!(
+        "controller: {n} Workflows x {STEPS} Null::Resource steps, state {}",
+        if schema.is_some() { "Postgres" } else { "SQLite" }
+    );
+    println!("  kubectl apply of all objects: {:.2} s", applied.as_secs_f64());
+    println!("  all Ready after:              {:.2} s", total.as_secs_f64());
+    println!(
+        "  reconciles: {reconciles:.0} ({:.1}/s)",
+        reconciles / total.as_secs_f64()
+    );
+    println!(
+        "  time to Ready: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        percentile(&times, 0.5).as_secs_f64() * 1000.0,
+        percentile(&times, 0.99).as_secs_f64() * 1000.0,
+        times.last().copied().unwrap_or_default().as_secs_f64() * 1000.0
+    );
+    println!("  controller peak RSS: {peak:.1} MiB");
+    emulator.shutdown().await;
+}
