@@ -67,7 +67,10 @@ fn metric(health: &str, name: &str) -> f64 {
     let _ = s.read_to_string(&mut body);
     body.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ') || r.starts_with('{')))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+        })
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
         .sum()
 }
@@ -93,10 +96,9 @@ async fn main() {
     std::fs::create_dir_all(dir.path().join("workflows")).expect("workflows dir");
     std::fs::write(dir.path().join("workflows/ten.yaml"), ten_steps()).expect("workflow");
     let schema = if available() { Schema::new() } else { None };
-    let state = schema.as_ref().map_or_else(
-        || dir.path().join("state.db").display().to_string(),
-        |s| s.url.clone(),
-    );
+    let state = schema
+        .as_ref()
+        .map_or_else(|| dir.path().join("state.db").display().to_string(), |s| s.url.clone());
 
     let emulator = KubeEmulator::start().await.expect("emulator");
     let kubeconfig = emulator.kubeconfig_path().to_path_buf();
@@ -111,7 +113,12 @@ async fn main() {
             .spawn()
             .expect("kubectl");
         if let Some(input) = stdin {
-            child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write");
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write");
         }
         assert!(child.wait().expect("kubectl").success(), "kubectl {args:?} failed");
     };

@@ -91,12 +91,10 @@ pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) ->
     };
     let mut map = match path {
         None => Map::new(),
-        Some(p) => {
-            lyra_host::read_data_file(&p, sources).map_err(|e| match e {
-                DataError::Read(e) => Exit::usage(format!("cannot read data file {}: {e}", p.display())),
-                DataError::Invalid(d) => Exit::invalid(&d, sources),
-            })?
-        }
+        Some(p) => lyra_host::read_data_file(&p, sources).map_err(|e| match e {
+            DataError::Read(e) => Exit::usage(format!("cannot read data file {}: {e}", p.display())),
+            DataError::Invalid(d) => Exit::invalid(&d, sources),
+        })?,
     };
     for v in vars {
         let (key, raw) = v

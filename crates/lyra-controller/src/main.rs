@@ -138,7 +138,12 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {}", args.health_addr))?;
     tracing::info!(addr = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
-    let server = tokio::spawn(serve(listener, Arc::clone(&metrics), Arc::clone(&ready), shutdown.clone()));
+    let server = tokio::spawn(serve(
+        listener,
+        Arc::clone(&metrics),
+        Arc::clone(&ready),
+        shutdown.clone(),
+    ));
 
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let ctx = Arc::new(Context::new(client.clone(), runtime, Some(identity.clone())));
@@ -259,16 +264,18 @@ async fn serve(
         )
         .route(
             "/metrics",
-            get(|State((metrics, _)): State<(Arc<Metrics>, Arc<AtomicBool>)>| async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.encode(),
-                )
-                    .into_response()
-            }),
+            get(
+                |State((metrics, _)): State<(Arc<Metrics>, Arc<AtomicBool>)>| async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                        .into_response()
+                },
+            ),
         )
         .with_state((metrics, ready));
     let stopped = async move {

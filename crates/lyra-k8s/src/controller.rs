@@ -61,7 +61,9 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("runtime", &self.runtime).finish_non_exhaustive()
+        f.debug_struct("Context")
+            .field("runtime", &self.runtime)
+            .finish_non_exhaustive()
     }
 }
 

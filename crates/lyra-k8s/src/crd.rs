@@ -16,6 +16,8 @@ pub const FINALIZER: &str = "lyra.dev/cleanup";
 pub const RECONCILE_REQUESTED_AT: &str = "lyra.dev/reconcile-requested-at";
 
 /// A Lyra workflow deployed to the cluster: the controller applies it and keeps it applied.
+// Clippy reads the repeated `printcolumn(type_ = ...)` arguments as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "lyra.dev",
@@ -28,10 +30,24 @@ pub const RECONCILE_REQUESTED_AT: &str = "lyra.dev/reconcile-requested-at";
     category = "lyra",
     status = "WorkflowStatus",
     doc = "A Lyra workflow deployed as a Kubernetes object: the controller applies it with the shared state and keeps it applied.",
-    printcolumn(name = "Workflow", type_ = "string", json_path = ".status.workflow", description = "The workflow applied"),
+    printcolumn(
+        name = "Workflow",
+        type_ = "string",
+        json_path = ".status.workflow",
+        description = "The workflow applied"
+    ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Steps", type_ = "string", json_path = ".status.progress", description = "Steps done / total"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Steps",
+        type_ = "string",
+        json_path = ".status.progress",
+        description = "Steps done / total"
+    ),
     printcolumn(name = "Message", type_ = "string", json_path = ".status.message", priority = 0),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -88,7 +104,13 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 5] = [Phase::Pending, Phase::Applying, Phase::Ready, Phase::Failed, Phase::Deleting];
+    pub const ALL: [Phase; 5] = [
+        Phase::Pending,
+        Phase::Applying,
+        Phase::Ready,
+        Phase::Failed,
+        Phase::Deleting,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -267,6 +289,12 @@ mod tests {
         // Unset fields are left out, so status and spec patches never write nulls.
         let back = serde_json::to_value(&wf.spec).unwrap();
         assert!(back.get("workflow").is_none());
-        assert!(serde_json::to_value(WorkflowStatus::default()).unwrap().as_object().unwrap().is_empty());
+        assert!(
+            serde_json::to_value(WorkflowStatus::default())
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .is_empty()
+        );
     }
 }

@@ -140,7 +140,10 @@ mod tests {
         assert!(text.contains(r#"lyra_workflows{phase="Ready"} 1"#), "{text}");
         assert!(text.contains(r#"lyra_workflows{phase="Applying"} 0"#), "{text}");
         assert!(text.contains(r#"lyra_reconciles_total{result="ok"} 1"#), "{text}");
-        assert!(text.contains(r#"lyra_steps_applied_total{action="create"} 3"#), "{text}");
+        assert!(
+            text.contains(r#"lyra_steps_applied_total{action="create"} 3"#),
+            "{text}"
+        );
         assert!(text.contains("lyra_reconcile_duration_seconds_count 1"), "{text}");
     }
 }

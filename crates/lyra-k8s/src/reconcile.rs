@@ -160,10 +160,6 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::Retryable
-    }
-
     /// A short label for metrics.
     pub fn label(&self) -> &'static str {
         match self {
@@ -246,7 +242,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("Runtime")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -271,7 +269,12 @@ impl Tracker<'_> {
 }
 
 impl Runtime {
-    pub fn new(providers: Arc<Providers>, store: Arc<dyn StateStore>, settings: Settings, metrics: Arc<Metrics>) -> Runtime {
+    pub fn new(
+        providers: Arc<Providers>,
+        store: Arc<dyn StateStore>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> Runtime {
         Runtime {
             providers,
             store,
@@ -336,7 +339,14 @@ impl Runtime {
             Err(m) => return self.stall(job, t, "InvalidSpec", m).await,
         };
         let memo = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
-        match decide(job, Some(&t.status), memo.as_ref(), refresh, Instant::now(), Timestamp::now()) {
+        match decide(
+            job,
+            Some(&t.status),
+            memo.as_ref(),
+            refresh,
+            Instant::now(),
+            Timestamp::now(),
+        ) {
             Decision::Run => {}
             Decision::Wait(d) => return Ok(Next::Requeue(d)),
             Decision::Idle => return Ok(Next::Requeue(self.settings.idle_requeue)),
@@ -360,10 +370,20 @@ impl Runtime {
         t.status.workflow = Some(name.clone());
         t.status.deployment = Some(deployment.clone());
         t.status.lease_holder = Some(owner.clone());
-        judge(&mut t.status, &Verdict::Running { deleting: false }, job.generation, &now);
+        judge(
+            &mut t.status,
+            &Verdict::Running { deleting: false },
+            job.generation,
+            &now,
+        );
         t.flush().await?;
         t.reporter
-            .publish(note(false, "Applying", "Apply", format!("applying workflow {name} to deployment {deployment}")))
+            .publish(note(
+                false,
+                "Applying",
+                "Apply",
+                format!("applying workflow {name} to deployment {deployment}"),
+            ))
             .await;
 
         let cancel = Arc::new(AtomicBool::new(false));
@@ -371,7 +391,11 @@ impl Runtime {
             Ok(held) => held,
             Err((holder, message)) => {
                 t.status.lease_holder = holder;
-                let phase = if t.written.last_run.is_some() { Phase::Failed } else { Phase::Pending };
+                let phase = if t.written.last_run.is_some() {
+                    Phase::Failed
+                } else {
+                    Phase::Pending
+                };
                 return self.retry(job, t, "Locked", message, phase, false).await;
             }
         };
@@ -391,10 +415,19 @@ impl Runtime {
 
         let report = match result {
             Ok(r) => r,
-            Err(EngineError::Input(d)) => return self.stall(job, t, "InvalidData", diagnostics_text(&d, &sources)).await,
+            Err(EngineError::Input(d)) => {
+                return self.stall(job, t, "InvalidData", diagnostics_text(&d, &sources)).await;
+            }
             Err(EngineError::Store(e)) => {
                 return self
-                    .retry(job, t, "StateUnavailable", format!("state store: {e}"), Phase::Failed, true)
+                    .retry(
+                        job,
+                        t,
+                        "StateUnavailable",
+                        format!("state store: {e}"),
+                        Phase::Failed,
+                        true,
+                    )
                     .await;
             }
         };
@@ -466,7 +499,12 @@ impl Runtime {
         let owner = job.key.owner();
         t.status.lease_holder = Some(owner.clone());
         t.status.deployment = Some(deployment.clone());
-        judge(&mut t.status, &Verdict::Running { deleting: true }, job.generation, &now);
+        judge(
+            &mut t.status,
+            &Verdict::Running { deleting: true },
+            job.generation,
+            &now,
+        );
         t.flush().await?;
         let cancel = Arc::new(AtomicBool::new(false));
         let held = match self.take_lease(job, "delete", &cancel).await {
@@ -487,20 +525,34 @@ impl Runtime {
                             false,
                             "Orphaned",
                             "Delete",
-                            format!("deletionPolicy Orphan: resources left in place; deployment {deployment} forgotten"),
+                            format!(
+                                "deletionPolicy Orphan: resources left in place; deployment {deployment} forgotten"
+                            ),
                         ))
                         .await;
                     Ok(Next::Done)
                 }
                 Err(e) => {
                     t.status.lease_holder = None;
-                    self.retry(job, t, "StateUnavailable", format!("state store: {e}"), Phase::Deleting, true)
-                        .await
+                    self.retry(
+                        job,
+                        t,
+                        "StateUnavailable",
+                        format!("state store: {e}"),
+                        Phase::Deleting,
+                        true,
+                    )
+                    .await
                 }
             };
         }
         t.reporter
-            .publish(note(false, "Deleting", "Delete", format!("deleting the resources of deployment {deployment}")))
+            .publish(note(
+                false,
+                "Deleting",
+                "Delete",
+                format!("deleting the resources of deployment {deployment}"),
+            ))
             .await;
         let forward = self.forward_shutdown(&cancel);
         let sources = Sources::default();
@@ -520,7 +572,14 @@ impl Runtime {
             Ok(r) => r,
             Err(e) => {
                 return self
-                    .retry(job, t, "StateUnavailable", format!("state store: {e}"), Phase::Deleting, true)
+                    .retry(
+                        job,
+                        t,
+                        "StateUnavailable",
+                        format!("state store: {e}"),
+                        Phase::Deleting,
+                        true,
+                    )
                     .await;
             }
         };
@@ -531,7 +590,14 @@ impl Runtime {
             Ok(state) => state.map_or(0, |s| s.resources.len()),
             Err(e) => {
                 return self
-                    .retry(job, t, "StateUnavailable", format!("state store: {e}"), Phase::Deleting, true)
+                    .retry(
+                        job,
+                        t,
+                        "StateUnavailable",
+                        format!("state store: {e}"),
+                        Phase::Deleting,
+                        true,
+                    )
                     .await;
             }
         };
@@ -596,12 +662,17 @@ impl Runtime {
             ttl: self.settings.lease_ttl,
             wait: None,
         };
-        lease::acquire(Arc::clone(&self.store), &job.key.deployment(), &options, Arc::clone(cancel))
-            .await
-            .map_err(|e| match &e {
-                LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => (Some(h.owner.clone()), e.to_string()),
-                LeaseError::Store(_) => (None, format!("state store: {e}")),
-            })
+        lease::acquire(
+            Arc::clone(&self.store),
+            &job.key.deployment(),
+            &options,
+            Arc::clone(cancel),
+        )
+        .await
+        .map_err(|e| match &e {
+            LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => (Some(h.owner.clone()), e.to_string()),
+            LeaseError::Store(_) => (None, format!("state store: {e}")),
+        })
     }
 
     /// Sets `cancel` when the runtime shuts down, until aborted.
@@ -654,7 +725,10 @@ impl Runtime {
                     "{} {}{}",
                     s.type_name.as_deref().unwrap_or_default(),
                     s.id,
-                    s.external_id.as_deref().map(|id| format!(" ({id})")).unwrap_or_default()
+                    s.external_id
+                        .as_deref()
+                        .map(|id| format!(" ({id})"))
+                        .unwrap_or_default()
                 );
                 let n = match (s.status, s.action) {
                     (Status::Failed, _) => note(
@@ -682,7 +756,12 @@ impl Runtime {
         }
         if extra > 0 {
             reporter
-                .publish(note(false, "MoreChanges", "Apply", format!("and {extra} more resource changes")))
+                .publish(note(
+                    false,
+                    "MoreChanges",
+                    "Apply",
+                    format!("and {extra} more resource changes"),
+                ))
                 .await;
         }
     }
@@ -840,6 +919,14 @@ fn decide(
     Decision::Run
 }
 
+/// Bad input data cannot pass by itself; a state store failure may.
+pub fn classify(e: &EngineError) -> ErrorClass {
+    match e {
+        EngineError::Input(_) => ErrorClass::Terminal,
+        EngineError::Store(_) => ErrorClass::Retryable,
+    }
+}
+
 /// `60s`, `5m`, `1h30m`.
 pub fn parse_interval(s: Option<&str>) -> Result<Option<Duration>, String> {
     match s {
@@ -847,7 +934,9 @@ pub fn parse_interval(s: Option<&str>) -> Result<Option<Duration>, String> {
         Some(s) => match humantime::parse_duration(s) {
             Ok(d) if d >= Duration::from_secs(1) => Ok(Some(d)),
             Ok(_) => Err(format!("spec.refreshInterval '{s}' is shorter than one second")),
-            Err(e) => Err(format!("spec.refreshInterval '{s}' is not a duration like 60s or 5m: {e}")),
+            Err(e) => Err(format!(
+                "spec.refreshInterval '{s}' is not a duration like 60s or 5m: {e}"
+            )),
         },
     }
 }

@@ -20,9 +20,17 @@ pub enum Verdict {
     /// The workflow is applied as specified.
     Applied,
     /// Failed; will be retried by itself.
-    Retrying { reason: String, message: String, phase: Phase },
+    Retrying {
+        reason: String,
+        message: String,
+        phase: Phase,
+    },
     /// Failed in a way retrying cannot fix: waits for a spec change.
-    Stalled { reason: String, message: String, phase: Phase },
+    Stalled {
+        reason: String,
+        message: String,
+        phase: Phase,
+    },
     /// `spec.suspend` is true.
     Suspended,
 }

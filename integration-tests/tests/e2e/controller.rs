@@ -74,18 +74,33 @@ fn deploy_upgrade_and_delete_with_kubectl() {
         .collect();
     assert_eq!(steps.len(), 5, "db, frontends/0, frontends/1, web, lb: {wf:#}");
     assert!(steps.iter().all(|s| s["externalId"].is_string()), "{wf:#}");
-    let cache = status["steps"].as_array().unwrap().iter().find(|s| s["name"] == "cache");
+    let cache = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "cache");
     assert_eq!(cache.map(|c| &c["state"]), Some(&Value::from("guarded-off")), "{wf:#}");
     assert_eq!(status["progress"], "5/5");
-    assert!(status["returns"]["lbID"].as_str().is_some_and(|id| id.starts_with("lb-")));
+    assert!(
+        status["returns"]["lbID"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("lb-"))
+    );
     let instances = instance_ids(&cluster);
     assert_eq!(instances.len(), 3, "deployment.json holds the instances");
 
     let table = cluster.kubectl.ok(&["get", "wf"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "WORKFLOW", "PHASE", "READY", "STEPS", "MESSAGE", "AGE"], "{table}");
+    assert_eq!(
+        header,
+        ["NAME", "WORKFLOW", "PHASE", "READY", "STEPS", "MESSAGE", "AGE"],
+        "{table}"
+    );
     let row = table.lines().nth(1).unwrap_or_default();
-    assert!(row.starts_with("shop") && row.contains("webapp") && row.contains("Ready") && row.contains("5/5"), "{table}");
+    assert!(
+        row.starts_with("shop") && row.contains("webapp") && row.contains("Ready") && row.contains("5/5"),
+        "{table}"
+    );
 
     // The CLI sees the controller's deployment in the same state.
     let list = cluster.lyra.ok_json(&["state", "list"]);
@@ -119,19 +134,31 @@ fn deploy_upgrade_and_delete_with_kubectl() {
     assert_eq!(condition(&wf, "Ready").unwrap()["observedGeneration"], 2);
     let after = instance_ids(&cluster);
     assert_eq!(after.len(), 4);
-    assert!(instances.is_subset(&after), "the existing instances are kept: {instances:?} {after:?}");
+    assert!(
+        instances.is_subset(&after),
+        "the existing instances are kept: {instances:?} {after:?}"
+    );
     let actions: Vec<(String, String)> = wf["status"]["steps"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["name"].as_str().unwrap().to_owned(), s["lastAction"].as_str().unwrap_or("").to_owned()))
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_owned(),
+                s["lastAction"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     let changed: Vec<&str> = actions
         .iter()
         .filter(|(_, a)| a != "no-op")
         .map(|(n, _)| n.as_str())
         .collect();
-    assert_eq!(changed, ["frontends/2", "web"], "only the new replica and the web server reading the list: {actions:?}");
+    assert_eq!(
+        changed,
+        ["frontends/2", "web"],
+        "only the new replica and the web server reading the list: {actions:?}"
+    );
 
     // Get and describe: every step in -o yaml, Events in describe.
     let yaml = cluster.kubectl.ok(&["get", "wf", "shop", "-o", "yaml"]);
@@ -140,11 +167,18 @@ fn deploy_upgrade_and_delete_with_kubectl() {
     }
     let described = cluster.kubectl.ok(&["describe", "wf", "shop"]);
     assert!(described.contains("Events:"), "{described}");
-    assert!(!described.contains("Events:  <none>"), "the controller records Events:\n{described}");
+    assert!(
+        !described.contains("Events:  <none>"),
+        "the controller records Events:\n{described}"
+    );
 
     // Delete: the finalizer tears everything down, then the object goes.
     cluster.kubectl.ok(&["delete", "wf", "shop", "--timeout=90s"]);
-    assert!(instance_ids(&cluster).is_empty(), "{}", cluster.lyra.read("deployment.json"));
+    assert!(
+        instance_ids(&cluster).is_empty(),
+        "{}",
+        cluster.lyra.read("deployment.json")
+    );
     assert!(cloud_ids(&cluster.cloud(), "LoadBalancers").is_empty());
     let gone = cluster.kubectl.run(&["get", "wf", "shop"]);
     assert!(!gone.success && gone.stderr.contains("NotFound"), "{}", gone.stderr);
@@ -200,8 +234,14 @@ fn bad_input_stalls_without_a_retry_storm_and_recovers() {
             "apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{spec}"
         ));
         let wf = cluster.wait_until_status(name, Duration::from_secs(60), |wf| condition_is(wf, "Stalled", "True"));
-        let message = condition(&wf, "Stalled").unwrap()["message"].as_str().unwrap_or("").to_owned();
-        assert!(message.contains(needle), "{name}: the message names the problem: {message}");
+        let message = condition(&wf, "Stalled").unwrap()["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            message.contains(needle),
+            "{name}: the message names the problem: {message}"
+        );
         assert!(condition_is(&wf, "Ready", "False"), "{wf:#}");
         assert_eq!(wf["status"]["phase"], "Failed", "{wf:#}");
     }
@@ -209,7 +249,10 @@ fn bad_input_stalls_without_a_retry_storm_and_recovers() {
     let before = controller.metric("lyra_reconciles_total");
     std::thread::sleep(Duration::from_secs(4));
     let after = controller.metric("lyra_reconciles_total");
-    assert!(after - before <= 3.0, "reconciles kept running on bad input: {before} -> {after}");
+    assert!(
+        after - before <= 3.0,
+        "reconciles kept running on bad input: {before} -> {after}"
+    );
 
     // A fix is picked up.
     cluster.apply(&webapp_object("unknown", 1, ""));
@@ -256,11 +299,15 @@ fn a_killed_controller_converges_and_the_cli_is_refused_meanwhile() {
     let mut first = cluster.controller("c1", &["--step-concurrency", "2"]);
     cluster.apply(&slow_object("slow"));
     // While it runs, the CLI cannot apply the same deployment.
-    let holder = cluster.wait_until_status("slow", Duration::from_secs(30), |wf| wf["status"]["leaseHolder"].is_string());
+    let holder = cluster.wait_until_status("slow", Duration::from_secs(30), |wf| {
+        wf["status"]["leaseHolder"].is_string()
+    });
     let refused = cluster.lyra.run(&["apply", "slow", "--name", "k8s/default/slow"]);
     refused.expect_code(3).expect_stderr(&["is locked", "controller/"]);
     assert!(
-        holder["status"]["leaseHolder"].as_str().is_some_and(|h| h.starts_with("controller/")),
+        holder["status"]["leaseHolder"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("controller/")),
         "{holder:#}"
     );
     // Kill it mid-run, once something is recorded.
@@ -294,7 +341,10 @@ fn a_provider_failure_is_retried_until_it_clears() {
                 .as_array()
                 .is_some_and(|s| s.iter().any(|s| s["lastError"].is_string()))
     });
-    assert!(!condition_is(&wf, "Stalled", "True"), "a provider failure is retryable: {wf:#}");
+    assert!(
+        !condition_is(&wf, "Stalled", "True"),
+        "a provider failure is retryable: {wf:#}"
+    );
     let failing = wf["status"]["steps"]
         .as_array()
         .unwrap()
@@ -302,7 +352,10 @@ fn a_provider_failure_is_retried_until_it_clears() {
         .find(|s| s["lastError"].is_string())
         .unwrap()
         .clone();
-    assert!(failing["lastError"].as_str().unwrap().contains("lyra-keys"), "{failing:#}");
+    assert!(
+        failing["lastError"].as_str().unwrap().contains("lyra-keys"),
+        "{failing:#}"
+    );
     // Retried: attempts grow.
     cluster.wait_until_status("flaky", Duration::from_secs(60), |wf| {
         wf["status"]["steps"]
@@ -328,7 +381,11 @@ fn leader_election_lets_one_replica_reconcile() {
     cluster.apply(&webapp_object("two", 1, ""));
     cluster.wait_for("two", "condition=Ready", "90s");
     assert!(a.metric("lyra_reconciles_total") >= 2.0);
-    assert_eq!(b.metric("lyra_reconciles_total"), 0.0, "the follower does not reconcile");
+    assert_eq!(
+        b.metric("lyra_reconciles_total"),
+        0.0,
+        "the follower does not reconcile"
+    );
 
     a.kill();
     cluster.apply(&webapp_object("three", 1, ""));

@@ -31,7 +31,12 @@ impl Reporter for Recorded {
 
 impl Recorded {
     fn last(&self) -> WorkflowStatus {
-        self.statuses.lock().unwrap().last().cloned().expect("a status was written")
+        self.statuses
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a status was written")
     }
     fn writes(&self) -> usize {
         self.statuses.lock().unwrap().len()
@@ -136,12 +141,15 @@ async fn applies_reports_and_then_leaves_an_applied_object_alone() {
         .iter()
         .map(|st| (st.name.as_str(), st.state.as_str(), st.last_action.as_deref()))
         .collect();
-    assert_eq!(steps, [("first", "done", Some("create")), ("second", "done", Some("create"))]);
+    assert_eq!(
+        steps,
+        [("first", "done", Some("create")), ("second", "done", Some("create"))]
+    );
     let run = s.last_run.as_ref().unwrap();
     assert_eq!((run.operation.as_str(), run.outcome.as_str()), ("apply", "succeeded"));
     assert!(run.id.is_some());
     // While it ran, the status said so and named the lease holder.
-    let running = &r.statuses.lock().unwrap()[0];
+    let running = r.statuses.lock().unwrap()[0].clone();
     assert_eq!(running.phase, Some(Phase::Applying));
     assert_eq!(running.lease_holder.as_deref(), Some("controller/ns/x"));
     assert_eq!(r.reasons(), ["Applying", "Created", "Created", "Applied"]);
@@ -186,11 +194,17 @@ async fn bad_input_stalls_without_retrying_until_the_spec_changes() {
     let r = Recorded::default();
 
     let missing = job("x", "nosuch", 1, json!({}));
-    assert_eq!(rt.apply(&missing, None, &r).await.unwrap(), Next::Requeue(rt.settings.idle_requeue));
+    assert_eq!(
+        rt.apply(&missing, None, &r).await.unwrap(),
+        Next::Requeue(rt.settings.idle_requeue)
+    );
     let s = r.last();
     assert!(is_true(&s, STALLED) && !is_true(&s, READY) && !is_true(&s, RECONCILING));
     assert_eq!(condition(&s, STALLED).unwrap().reason, "WorkflowNotFound");
-    assert!(s.message.as_deref().unwrap().contains("workflow 'nosuch' not found"), "{s:?}");
+    assert!(
+        s.message.as_deref().unwrap().contains("workflow 'nosuch' not found"),
+        "{s:?}"
+    );
     assert_eq!(s.phase, Some(Phase::Failed));
     // Again, for the same generation: nothing runs, nothing is written.
     let writes = r.writes();
@@ -203,7 +217,11 @@ async fn bad_input_stalls_without_retrying_until_the_spec_changes() {
     rt.apply(&wrong, Some(&s), &r).await.unwrap();
     let s = r.last();
     assert_eq!(condition(&s, STALLED).unwrap().reason, "InvalidData");
-    assert!(s.message.as_deref().unwrap().contains("pair.yaml:2:3"), "{:?}", s.message);
+    assert!(
+        s.message.as_deref().unwrap().contains("pair.yaml:2:3"),
+        "{:?}",
+        s.message
+    );
 
     // The fix is a spec change, which runs at once.
     rt.apply(&job("x", "pair", 3, json!({"greeting": "hi"})), Some(&s), &r)
@@ -227,7 +245,10 @@ async fn an_invalid_inline_workflow_is_reported_with_positions() {
     let s = r.last();
     assert_eq!(condition(&s, STALLED).unwrap().reason, "InvalidWorkflow");
     let m = &condition(&s, STALLED).unwrap().message;
-    assert!(m.contains("ns/inline spec.workflow:") && m.contains("Nope::Thing"), "{m}");
+    assert!(
+        m.contains("ns/inline spec.workflow:") && m.contains("Nope::Thing"),
+        "{m}"
+    );
 }
 
 #[tokio::test]
@@ -277,7 +298,10 @@ async fn a_held_lease_is_retried_with_backoff_and_names_the_holder() {
     let ReconcileError::Retry { after, message } = err else {
         panic!("expected a retry, got {err:?}")
     };
-    assert!(after >= Duration::from_secs(30) && after <= Duration::from_secs(60), "{after:?}");
+    assert!(
+        after >= Duration::from_secs(30) && after <= Duration::from_secs(60),
+        "{after:?}"
+    );
     assert!(message.contains("alice@laptop"), "{message}");
     let s = r.last();
     assert_eq!(s.lease_holder.as_deref(), Some("alice@laptop"));
@@ -335,12 +359,18 @@ async fn cleanup_deletes_everything_before_releasing() {
     assert!(is_true(&s, STALLED));
     assert_eq!(h.store.load("k8s/ns/c").await.unwrap().unwrap().resources.len(), 1);
     // ... and waits for its backoff rather than retrying on its own status write.
-    assert!(matches!(broken.cleanup(&j, Some(&s), &r).await, Err(ReconcileError::Wait(_))));
+    assert!(matches!(
+        broken.cleanup(&j, Some(&s), &r).await,
+        Err(ReconcileError::Wait(_))
+    ));
 
     assert_eq!(rt.cleanup(&j, Some(&s), &r).await.unwrap(), Next::Done);
     let state = h.store.load("k8s/ns/c").await.unwrap().unwrap_or_default();
     assert!(state.resources.is_empty());
-    assert!(r.reasons().ends_with(&["Deleting".to_owned(), "Deleted".to_owned(), "Deleted".to_owned()]));
+    assert!(
+        r.reasons()
+            .ends_with(&["Deleting".to_owned(), "Deleted".to_owned(), "Deleted".to_owned()])
+    );
     let cloud = std::fs::read_to_string(h.dir.path().join("deployment.json")).unwrap();
     assert!(!cloud.contains("\"i-"), "{cloud}");
 }
@@ -406,14 +436,29 @@ fn refresh_is_due_from_the_last_run_after_a_restart() {
     let refresh = Some(Duration::from_secs(60));
     let now = Instant::now();
     let wall = |secs: i64| Timestamp::from_second(1_800_000_000 + secs).unwrap();
-    assert_eq!(decide(&j, Some(&s), None, refresh, now, wall(20)), Decision::Wait(Duration::from_secs(40)));
+    assert_eq!(
+        decide(&j, Some(&s), None, refresh, now, wall(20)),
+        Decision::Wait(Duration::from_secs(40))
+    );
     assert_eq!(decide(&j, Some(&s), None, refresh, now, wall(61)), Decision::Run);
     assert_eq!(decide(&j, Some(&s), None, None, now, wall(61)), Decision::Idle);
     // A run interrupted by a crash shows as Applying: it is resumed.
     s.phase = Some(Phase::Applying);
     assert_eq!(decide(&j, Some(&s), None, None, now, wall(1)), Decision::Run);
     // A newer generation always runs.
-    assert_eq!(decide(&job("x", "pair", 2, json!({})), Some(&s), None, None, now, wall(1)), Decision::Run);
+    assert_eq!(
+        decide(&job("x", "pair", 2, json!({})), Some(&s), None, None, now, wall(1)),
+        Decision::Run
+    );
+}
+
+#[test]
+fn engine_errors_are_classified() {
+    use lyra_core::state::{StoreError, StoreErrorKind};
+    let input = EngineError::Input(Diagnostics::default());
+    let store = EngineError::Store(StoreError::new(StoreErrorKind::Unavailable, "down"));
+    assert_eq!(classify(&input), ErrorClass::Terminal);
+    assert_eq!(classify(&store), ErrorClass::Retryable);
 }
 
 #[test]
@@ -427,11 +472,20 @@ fn intervals_and_jobs_from_objects() {
     wf.metadata.annotations = Some([(crate::crd::RECONCILE_REQUESTED_AT.to_owned(), "now".to_owned())].into());
     let j = Job::from_workflow(&wf).unwrap();
     assert!(j.workflow.unwrap_err().contains("set spec.workflowName"));
-    assert_eq!((j.key.deployment(), j.key.owner()), ("k8s/ns/x".into(), "controller/ns/x".into()));
+    assert_eq!(
+        (j.key.deployment(), j.key.owner()),
+        ("k8s/ns/x".into(), "controller/ns/x".into())
+    );
     assert_eq!((j.generation, j.requested_at.as_deref()), (Some(4), Some("now")));
     wf.spec.workflow_name = Some("a".into());
     wf.spec.workflow = Some(json!({}));
-    assert!(Job::from_workflow(&wf).unwrap().workflow.unwrap_err().contains("not both"));
+    assert!(
+        Job::from_workflow(&wf)
+            .unwrap()
+            .workflow
+            .unwrap_err()
+            .contains("not both")
+    );
     wf.metadata.namespace = None;
     assert!(Job::from_workflow(&wf).is_none());
 }

@@ -37,7 +37,11 @@ fn a_refresh_run_keeps_ready_but_a_new_generation_does_not() {
     let mut s = WorkflowStatus::default();
     judge(&mut s, &Verdict::Applied, Some(1), &at(0));
     judge(&mut s, &Verdict::Running { deleting: false }, Some(1), &at(5));
-    assert_eq!(cond(&s, READY).status, "True", "same generation: still ready while re-applying");
+    assert_eq!(
+        cond(&s, READY).status,
+        "True",
+        "same generation: still ready while re-applying"
+    );
     judge(&mut s, &Verdict::Applied, Some(1), &at(6));
     judge(&mut s, &Verdict::Running { deleting: false }, Some(2), &at(7));
     assert_eq!(cond(&s, READY).status, "False", "a new spec is not ready until applied");
@@ -154,7 +158,10 @@ fn sensitive_returns_are_masked() {
     r.returns.insert("password".into(), json!("hunter2"));
     r.returns.insert("host".into(), json!("db"));
     r.sensitive_returns = vec!["password".into()];
-    assert_eq!(masked_returns(&r), Some(json!({"password": "(sensitive)", "host": "db"})));
+    assert_eq!(
+        masked_returns(&r),
+        Some(json!({"password": "(sensitive)", "host": "db"}))
+    );
     assert_eq!(masked_returns(&report(vec![])), None);
 }
 
