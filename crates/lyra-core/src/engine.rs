@@ -294,7 +294,7 @@ impl<'a> Engine<'a> {
                         p.span,
                         format!("parameter '{}': lookup key '{key}' not found in the data", p.name),
                     )
-                    .with_help(format!("add '{key}' to the data file, or pass --var {key}=VALUE"))
+                    .with_help(format!("add '{key}' to the data (the data file or `--var {key}=VALUE`; `spec.data` on Kubernetes)"))
                 }),
                 ParamSource::Implicit => lookup(data, &p.name).cloned().ok_or_else(|| {
                     Diagnostic::new(
@@ -302,7 +302,7 @@ impl<'a> Engine<'a> {
                         format!("parameter '{}' has no value: no data key '{}'", p.name, p.name),
                     )
                     .with_help(format!(
-                        "pass --var {}=VALUE, or give the parameter a lookup or a value",
+                        "give it a value in the data (`--var {}=VALUE`; `spec.data` on Kubernetes), or a lookup or a value",
                         p.name
                     ))
                 }),
@@ -543,6 +543,7 @@ impl<'e, 'a> Run<'e, 'a> {
             deployment: self.deployment.to_owned(),
             workflow,
             outcome,
+            run: run_id,
             returns,
             sensitive_returns: Vec::new(),
             counts: count(&steps),

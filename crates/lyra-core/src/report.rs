@@ -104,6 +104,8 @@ pub struct Report {
     pub deployment: String,
     pub workflow: Option<String>,
     pub outcome: Outcome,
+    /// The run's id in the history; `None` for plans, which are not recorded.
+    pub run: Option<crate::state::RunId>,
     /// The workflow's returns (apply; values not yet known in a plan are absent).
     pub returns: Map,
     /// The returns whose values are secret: printed as `(sensitive)`.

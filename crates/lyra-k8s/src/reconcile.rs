@@ -431,7 +431,7 @@ impl Runtime {
                     .await;
             }
         };
-        self.record_run(t, &report, true).await;
+        self.record_run(t, &report, true);
         self.step_events(t.reporter, &report).await;
         if report.outcome == Outcome::Succeeded && kept {
             t.status.returns = status::masked_returns(&report);
@@ -583,7 +583,7 @@ impl Runtime {
                     .await;
             }
         };
-        self.record_run(t, &report, false).await;
+        self.record_run(t, &report, false);
         self.step_events(t.reporter, &report).await;
         // Only what the state says counts: the finalizer goes when nothing is recorded.
         let left = match self.store.load(&deployment).await {
@@ -687,17 +687,13 @@ impl Runtime {
     }
 
     /// Step rows, progress and the last run's summary from a report.
-    async fn record_run(&self, t: &mut Tracker<'_>, report: &Report, apply: bool) {
+    fn record_run(&self, t: &mut Tracker<'_>, report: &Report, apply: bool) {
         if apply {
             t.status.steps = status::step_rows(&t.status.steps, report);
             t.status.progress = Some(status::progress(&t.status.steps));
         }
-        let id = match self.store.history(&report.deployment).await {
-            Ok(h) => h.first().map(|r| r.id),
-            Err(_) => None,
-        };
         t.status.last_run = Some(RunSummary {
-            id,
+            id: report.run,
             operation: if apply { "apply" } else { "delete" }.to_owned(),
             outcome: report.outcome.as_str().to_owned(),
             time: Time(Timestamp::now()),

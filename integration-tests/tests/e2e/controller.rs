@@ -88,6 +88,10 @@ fn deploy_upgrade_and_delete_with_kubectl() {
     );
     let instances = instance_ids(&cluster);
     assert_eq!(instances.len(), 3, "deployment.json holds the instances");
+    // The status names the run, as the shared history records it.
+    let history = cluster.lyra.history("k8s/default/shop");
+    assert_eq!(status["lastRun"]["id"], history[0]["id"], "{wf:#}");
+    assert_eq!(history[0]["actor"], "controller/default/shop");
 
     let table = cluster.kubectl.ok(&["get", "wf"]);
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();

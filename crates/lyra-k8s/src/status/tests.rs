@@ -106,6 +106,7 @@ fn report(steps: Vec<StepReport>) -> Report {
         deployment: "k8s/ns/x".into(),
         workflow: Some("x".into()),
         outcome: Outcome::Failed,
+        run: Some(7),
         returns: serde_json::Map::new(),
         sensitive_returns: vec![],
         steps,
