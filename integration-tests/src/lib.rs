@@ -482,6 +482,34 @@ pub fn cloud_ids(cloud: &Value, table: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `n` independent Foobernetes instances, each behind a `Time::Sleep` of `delay`: a run takes
+/// a while and many creates are in flight at once.
+pub fn sleepy_fleet_workflow(n: usize, delay: &str) -> String {
+    format!(
+        "\
+steps:
+  pause:
+    times: {n}
+    into: delays
+    step:
+      returns: {{d: create_duration}}
+      resource: Time::Sleep
+      value:
+        create_duration: {delay}
+  vm:
+    each: $delays
+    as: d
+    step:
+      resource: Foobernetes::Instance
+      value:
+        location: eu1
+        image: $d
+        cpus: 1
+        memory: 1G
+"
+    )
+}
+
 /// A workflow of `n` independent `Time::Sleep` steps `s000`, `s001`, ... each sleeping
 /// `duration` when created.
 pub fn sleeps_workflow(n: usize, duration: &str) -> String {

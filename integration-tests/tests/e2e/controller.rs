@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use integration_tests::{Value, cloud_ids, cluster_or_skip, wait_until, workspace_dir};
+use integration_tests::{Value, cloud_ids, cluster_or_skip, sleepy_fleet_workflow, wait_until, workspace_dir};
 
 /// The example web application: db, two frontends, a web server and a load balancer.
 fn install_webapp(cluster: &integration_tests::cluster::Cluster) {
@@ -265,29 +265,6 @@ fn bad_input_stalls_without_a_retry_storm_and_recovers() {
     assert!(condition_is(&wf, "Stalled", "False"), "{wf:#}");
 }
 
-/// A workflow that takes a few seconds: long enough to interfere with.
-const SLOW: &str = "\
-steps:
-  pause:
-    times: 6
-    into: delays
-    step:
-      returns: {d: create_duration}
-      resource: Time::Sleep
-      value:
-        create_duration: 700ms
-  vm:
-    each: $delays
-    as: d
-    step:
-      resource: Foobernetes::Instance
-      value:
-        location: eu1
-        image: $d
-        cpus: 1
-        memory: 1G
-";
-
 fn slow_object(name: &str) -> String {
     format!(
         "apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  workflowName: slow\n"
@@ -299,7 +276,8 @@ fn slow_object(name: &str) -> String {
 #[test]
 fn a_killed_controller_converges_and_the_cli_is_refused_meanwhile() {
     let cluster = cluster_or_skip!();
-    cluster.lyra.write_workflow("slow", SLOW);
+    // Six sleeps of 700ms, two at a time: long enough to interfere with.
+    cluster.lyra.write_workflow("slow", &sleepy_fleet_workflow(6, "700ms"));
     let mut first = cluster.controller("c1", &["--step-concurrency", "2"]);
     cluster.apply(&slow_object("slow"));
     // While it runs, the CLI cannot apply the same deployment.

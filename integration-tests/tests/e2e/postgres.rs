@@ -6,35 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use integration_tests::postgres::psql;
-use integration_tests::{Lyra, Rng, cloud_ids, count, pg_or_skip, wait_until};
-
-/// `n` independent Foobernetes instances, each behind a short sleep so a run takes a while
-/// and many creates are in flight at once.
-fn fleet(n: usize) -> String {
-    format!(
-        "\
-steps:
-  pause:
-    times: {n}
-    into: delays
-    step:
-      returns: {{d: create_duration}}
-      resource: Time::Sleep
-      value:
-        create_duration: 20ms
-  vm:
-    each: $delays
-    as: d
-    step:
-      resource: Foobernetes::Instance
-      value:
-        location: eu1
-        image: $d
-        cpus: 1
-        memory: 1G
-"
-    )
-}
+use integration_tests::{Lyra, Rng, cloud_ids, count, pg_or_skip, sleepy_fleet_workflow, wait_until};
 
 /// Everything the deployment records, with no pending create left, and the cloud holds
 /// exactly the recorded instances: nothing lost, nothing duplicated.
@@ -67,7 +39,7 @@ fn assert_converged_in(lyra: &Lyra, deployment: &str, n: usize, state_args: &[&s
 fn lifecycle_on_postgres() {
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
-    lyra.write_workflow("fleet", &fleet(5));
+    lyra.write_workflow("fleet", &sleepy_fleet_workflow(5, "20ms"));
     let plan = lyra.ok_json(&["plan", "fleet"]);
     assert_eq!(plan["outcome"], "succeeded");
     let report = lyra.ok_json(&["apply", "fleet"]);
@@ -87,7 +59,7 @@ fn lifecycle_on_postgres() {
 fn migrate_moves_a_deployment_to_postgres_and_back() {
     let pg = pg_or_skip!();
     let lyra = Lyra::new();
-    lyra.write_workflow("fleet", &fleet(4));
+    lyra.write_workflow("fleet", &sleepy_fleet_workflow(4, "20ms"));
     lyra.ok(&["apply", "fleet"]);
     let before = lyra.state("fleet")["resources"].clone();
 
@@ -220,7 +192,7 @@ fn connections_terminated_mid_run_lose_nothing() {
     const N: usize = 40;
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
-    lyra.write_workflow("fleet", &fleet(N).replace("20ms", "60ms"));
+    lyra.write_workflow("fleet", &sleepy_fleet_workflow(N, "60ms"));
     lyra.ok(&["state", "list"]);
     let mut child = lyra.spawn("apply", &["apply", "fleet", "--concurrency", "4", "-o", "json"]);
     // Only this apply's connections: lyra names them after its process id.
