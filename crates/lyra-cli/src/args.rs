@@ -16,7 +16,8 @@ Exit codes:
 ///
 /// Write a workflow in YAML, check it with `lyra validate`, preview it with `lyra plan`, make it
 /// so with `lyra apply`, and tear it down with `lyra delete`. State is kept in an embedded
-/// SQLite file under ./.lyra/ unless --state says otherwise.
+/// SQLite file under ./.lyra/ unless --state says otherwise;
+/// a Postgres state (`--state postgres://…`) is shared with teammates and `lyra-controller`.
 #[derive(Debug, Parser)]
 #[command(name = "lyra", version, propagate_version = true, max_term_width = 100, after_long_help = EXIT_CODES)]
 pub struct Cli {
