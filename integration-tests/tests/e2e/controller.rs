@@ -374,3 +374,61 @@ fn leader_election_lets_one_replica_reconcile() {
     cluster.wait_for("three", "condition=Ready", "120s");
     assert!(b.metric("lyra_reconciles_total") >= 1.0, "the follower took over");
 }
+
+/// SIGTERM stops the controller cleanly: the running apply's steps finish and are recorded,
+/// the lease is released (the CLI can take it at once), and a new controller converges.
+#[test]
+fn sigterm_releases_the_lease_and_a_new_controller_converges() {
+    let cluster = cluster_or_skip!();
+    cluster.lyra.write_workflow("slow", &sleepy_fleet_workflow(6, "700ms"));
+    let mut first = cluster.controller("c1", &["--step-concurrency", "2"]);
+    cluster.apply(&slow_object("slow"));
+    cluster.wait_until_status("slow", Duration::from_secs(30), |wf| {
+        wf["status"]["leaseHolder"].is_string()
+    });
+    let code = first.terminate();
+    assert_eq!(code, Some(0), "a graceful stop exits 0:\n{}", cluster.log("c1"));
+    // No lease is left behind: a CLI plan and state list show none, and nothing is pending.
+    let state = cluster.lyra.state("k8s/default/slow");
+    assert!(state["lease"].is_null(), "the lease was released: {state:#}");
+    assert!(
+        state["resources"]
+            .as_array()
+            .is_some_and(|rs| rs.iter().all(|r| r["pending"] == false)),
+        "running steps finished and were recorded: {state:#}"
+    );
+    let _second = cluster.controller("c2", &["--step-concurrency", "2"]);
+    cluster.wait_for("slow", "condition=Ready", "120s");
+    assert_eq!(instance_ids(&cluster).len(), 6);
+}
+
+/// `suspend: true` applies nothing; deleting a suspended object still cleans up.
+#[test]
+fn a_suspended_workflow_applies_nothing_but_can_be_deleted() {
+    let cluster = cluster_or_skip!();
+    install_webapp(&cluster);
+    let controller = cluster.controller("c1", &[]);
+    cluster.apply(&webapp_object("paused", 1, "  suspend: true\n"));
+    let wf = cluster.wait_until_status("paused", Duration::from_secs(30), |wf| {
+        wf["status"]["observedGeneration"] == 1
+    });
+    assert_ne!(wf["status"]["phase"], "Ready", "{wf:#}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(instance_ids(&cluster).is_empty(), "nothing applied while suspended");
+
+    // Resumed: applied. Suspended again, then deleted: torn down all the same.
+    cluster.apply(&webapp_object("paused", 1, "  suspend: false\n"));
+    cluster.wait_for("paused", "condition=Ready", "90s");
+    assert_eq!(instance_ids(&cluster).len(), 2);
+    cluster.apply(&webapp_object("paused", 1, "  suspend: true\n"));
+    cluster.wait_until_status("paused", Duration::from_secs(30), |wf| {
+        wf["status"]["observedGeneration"] == 3
+    });
+    cluster.kubectl.ok(&["delete", "wf", "paused", "--timeout=60s"]);
+    assert!(
+        instance_ids(&cluster).is_empty(),
+        "{}",
+        cluster.lyra.read("deployment.json")
+    );
+    assert!(controller.metric("lyra_reconciles_total") >= 3.0);
+}
