@@ -8,6 +8,9 @@ use lyra_core::state::{ChangeCounts, DeploymentState, DeploymentSummary, Lease, 
 use lyra_core::value::{Map, Value, short};
 use serde::Serialize;
 
+// Times and leases read the same in messages from the CLI and from the state's lease keeper.
+pub use lyra_state::lease::{describe as lease_text, utc as time_text};
+
 const SENSITIVE: &str = "(sensitive)";
 const KNOWN_AFTER_APPLY: &str = "(known after apply)";
 
@@ -273,17 +276,6 @@ pub fn lease_json(l: &Lease) -> LeaseJson<'_> {
     }
 }
 
-/// "alice@laptop is running apply since 2026-11-29T10:00:00Z (lease expires 2026-…)"
-pub fn lease_text(l: &Lease) -> String {
-    format!(
-        "{} is running {} since {} (its lease expires {} unless renewed)",
-        l.owner,
-        l.operation,
-        time_text(l.since),
-        time_text(l.expires)
-    )
-}
-
 /// One element of `lyra state list -o json`: the `state show` object without `resources`.
 #[derive(Serialize)]
 pub struct DeploymentJson<'a> {
@@ -407,12 +399,6 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     // Keep lines free of padding at the end, for grep and diff.
     t.to_string().lines().map(|l| l.trim_end().to_owned() + "\n").collect()
-}
-
-/// Unix milliseconds as an RFC 3339 UTC time.
-pub fn time_text(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 #[cfg(test)]

@@ -36,19 +36,25 @@ pub fn short(value: &Value) -> String {
 ///
 /// Used for `--var a.b.c=x` and for the original's flat dotted data keys.
 pub fn set_dotted(root: &mut Map, dotted: &str, value: Value) {
-    let mut parts = dotted.split('.').peekable();
+    let (parent, key) = dotted_parent(root, dotted);
+    parent.insert(key.to_owned(), value);
+}
+
+/// The map that holds the last segment of `dotted` (`a.b.c` → the map at `a.b`, and `c`),
+/// creating maps on the way and replacing values that are not maps.
+pub fn dotted_parent<'m, 'd>(root: &'m mut Map, dotted: &'d str) -> (&'m mut Map, &'d str) {
+    let Some((path, key)) = dotted.rsplit_once('.') else {
+        return (root, dotted);
+    };
     let mut cur = root;
-    while let Some(part) = parts.next() {
-        if parts.peek().is_none() {
-            cur.insert(part.to_owned(), value);
-            return;
-        }
+    for part in path.split('.') {
         let entry = cur.entry(part.to_owned()).or_insert_with(|| Value::Object(Map::new()));
         if !entry.is_object() {
             *entry = Value::Object(Map::new());
         }
         cur = entry.as_object_mut().expect("just made an object");
     }
+    (cur, key)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `spec.data` → the lookup data the engine reads.
 
-use lyra_core::value::{Map, Value};
+use lyra_core::value::{Map, Value, dotted_parent};
 
 /// Nested values as given, then the original Lyra's flat dotted top-level keys
 /// (`aws.tags.Name: x`) expanded into nested maps. Dotted keys come second, so they override
@@ -19,17 +19,8 @@ pub fn expand(data: Option<&Value>) -> Result<Map, String> {
         if k.split('.').any(str::is_empty) {
             return Err(format!("spec.data key '{k}' has an empty segment"));
         }
-        let mut parts: Vec<&str> = k.split('.').collect();
-        let last = parts.pop().expect("split yields at least one part");
-        let mut cur = &mut out;
-        for p in parts {
-            let entry = cur.entry(p.to_owned()).or_insert_with(|| Value::Object(Map::new()));
-            if !entry.is_object() {
-                *entry = Value::Object(Map::new());
-            }
-            cur = entry.as_object_mut().expect("just made an object");
-        }
-        merge(cur, last, v.clone());
+        let (parent, last) = dotted_parent(&mut out, k);
+        merge(parent, last, v.clone());
     }
     Ok(out)
 }

@@ -72,7 +72,7 @@ impl LeaseError {
 }
 
 /// "alice@laptop is running apply since 2026-05-01T10:00:00Z (lease expires 2026-05-01T10:00:30Z)"
-fn describe(lease: &Lease) -> String {
+pub fn describe(lease: &Lease) -> String {
     format!(
         "{} is running {} since {} (lease expires {})",
         lease.owner,
