@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use integration_tests::cluster::{free_port, http_get, metric_sum};
 use integration_tests::kube_emulator::KubeEmulator;
 use integration_tests::postgres::{Schema, available};
 use integration_tests::{controller_bin, lyra_bin};
@@ -55,24 +56,6 @@ fn ready(obj: &DynamicObject) -> bool {
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn metric(health: &str, name: &str) -> f64 {
-    use std::io::Read as _;
-    let Ok(mut s) = std::net::TcpStream::connect(health) else {
-        return 0.0;
-    };
-    let _ = write!(s, "GET /metrics HTTP/1.0\r\nHost: {health}\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-        .sum()
 }
 
 fn peak_rss_mib(pid: u32) -> f64 {
@@ -125,11 +108,7 @@ async fn main() {
     let crd = Command::new(lyra_bin()).arg("crd").output().expect("lyra crd").stdout;
     kubectl(&["apply", "-f", "-"], Some(&String::from_utf8_lossy(&crd)));
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
-    let health = format!("127.0.0.1:{port}");
+    let health = format!("127.0.0.1:{}", free_port());
     let mut controller = Command::new(controller_bin())
         .args(["--state", &state, "--workflows", "workflows", "--health-addr", &health])
         .current_dir(dir.path())
@@ -184,7 +163,10 @@ async fn main() {
         .expect("the watch ended");
     let total = started.elapsed();
     watch.abort();
-    let reconciles = metric(&health, "lyra_reconciles_total");
+    let reconciles = metric_sum(
+        &http_get(&health, "/metrics").unwrap_or_default(),
+        "lyra_reconciles_total",
+    );
     let peak = peak_rss_mib(controller.id());
     let _ = controller.kill();
     let _ = controller.wait();

@@ -201,19 +201,7 @@ impl ControllerProcess {
 
     /// A counter or gauge from `/metrics`, summed over every series of that name.
     pub fn metric(&self, name: &str) -> f64 {
-        let body = self.get("/metrics").unwrap_or_default();
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-            })
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum()
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+        metric_sum(&self.get("/metrics").unwrap_or_default(), name)
     }
 
     /// SIGKILL, as a crash would.
@@ -251,7 +239,21 @@ impl Drop for ControllerProcess {
     }
 }
 
-fn free_port() -> u16 {
+/// A counter or gauge in a Prometheus text exposition, summed over every series of that name.
+pub fn metric_sum(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// A loopback port free right now (for a server started next).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -259,7 +261,7 @@ fn free_port() -> u16 {
 }
 
 /// A minimal HTTP/1.0 GET: the health server is plain HTTP on loopback.
-fn http_get(addr: &str, path: &str) -> Option<String> {
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;

@@ -80,6 +80,12 @@ fn workspace_bin(name: &str, env: &str, package: &str) -> PathBuf {
         })
 }
 
+/// Whether this is CI (`CI=true` or `CI=1`): there, a missing service or corpus fails the
+/// tests that need it instead of skipping them.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
 /// The compatibility corpus, or `None` (after saying why) when it is missing outside CI.
 pub fn compat_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("LYRA_COMPAT_DIR").map_or_else(
@@ -89,7 +95,7 @@ pub fn compat_dir() -> Option<PathBuf> {
     if dir.join("workflows").join("foobernetes.yaml").is_file() {
         return Some(dir);
     }
-    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    let ci = in_ci();
     assert!(
         !ci,
         "CI=true but the compat corpus is missing at {} (set LYRA_COMPAT_DIR)",

@@ -40,7 +40,7 @@ pub fn available() -> bool {
     if up {
         return true;
     }
-    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    let ci = crate::in_ci();
     assert!(
         !ci,
         "CI=true but Postgres is not reachable at {host}:{port} (set LYRA_TEST_POSTGRES_URL, or start it: \

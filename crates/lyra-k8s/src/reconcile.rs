@@ -255,7 +255,17 @@ struct Tracker<'r> {
     reporter: &'r dyn Reporter,
 }
 
-impl Tracker<'_> {
+impl<'r> Tracker<'r> {
+    /// Starts from the status as last written (none yet: empty).
+    fn new(current: Option<&WorkflowStatus>, reporter: &'r dyn Reporter) -> Tracker<'r> {
+        let written = current.cloned().unwrap_or_default();
+        Tracker {
+            status: written.clone(),
+            written,
+            reporter,
+        }
+    }
+
     async fn flush(&mut self) -> Result<(), ReconcileError> {
         if self.status != self.written {
             self.reporter
@@ -317,11 +327,7 @@ impl Runtime {
         current: Option<&WorkflowStatus>,
         reporter: &dyn Reporter,
     ) -> Result<Next, ReconcileError> {
-        let mut t = Tracker {
-            written: current.cloned().unwrap_or_default(),
-            status: current.cloned().unwrap_or_default(),
-            reporter,
-        };
+        let mut t = Tracker::new(current, reporter);
         let result = self.apply_inner(job, &mut t).await;
         self.metrics.phase(&job.key.deployment(), t.written.phase);
         result
@@ -471,11 +477,7 @@ impl Runtime {
         current: Option<&WorkflowStatus>,
         reporter: &dyn Reporter,
     ) -> Result<Next, ReconcileError> {
-        let mut t = Tracker {
-            written: current.cloned().unwrap_or_default(),
-            status: current.cloned().unwrap_or_default(),
-            reporter,
-        };
+        let mut t = Tracker::new(current, reporter);
         let result = self.cleanup_inner(job, &mut t).await;
         match &result {
             Ok(_) => self.forget(&job.key),

@@ -23,7 +23,7 @@ pub fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
     if let Some(p) = candidate.filter(|p| p.is_file()) {
         return Some(p);
     }
-    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    let ci = crate::in_ci();
     assert!(
         !ci,
         "CI=true but kubectl was not found (set KUBECTL or put kubectl on the PATH)"
