@@ -12,6 +12,7 @@ mod e2e {
     mod controller;
     #[cfg(unix)]
     mod crash;
+    mod docs;
     mod failures;
     mod fuzz;
     mod guards;

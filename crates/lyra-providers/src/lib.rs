@@ -111,6 +111,53 @@ mod tests {
         }
     }
 
+    /// The attribute tables of `docs/language.md`, rendered from the schemas.
+    fn types_reference(providers: &Providers) -> String {
+        let mut out = String::new();
+        let mark = |on: bool| if on { "yes" } else { "" };
+        for name in providers.schemas().names() {
+            let schema = providers.schemas().get(name).expect("a listed type");
+            out.push_str(&format!(
+                "### `{name}`\n\n| attribute | type | provided | immutable | sensitive |\n| --- | --- | --- | --- | --- |\n"
+            ));
+            for a in &schema.attributes {
+                let cells = [
+                    format!("`{}`", a.name),
+                    format!("`{}`", a.ty),
+                    mark(a.provided).to_owned(),
+                    mark(a.immutable).to_owned(),
+                    mark(a.sensitive || a.ty.is_sensitive()).to_owned(),
+                ];
+                let cells: Vec<String> = cells
+                    .iter()
+                    .map(|c| if c.is_empty() { " ".to_owned() } else { format!(" {c} ") })
+                    .collect();
+                out.push_str(&format!("|{}|\n", cells.join("|")));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    #[test]
+    fn the_language_reference_lists_the_builtin_types_as_they_are() {
+        const BEGIN: &str = "<!-- builtin-types:begin -->\n";
+        const END: &str = "<!-- builtin-types:end -->";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/language.md");
+        let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let start = doc
+            .find(BEGIN)
+            .expect("docs/language.md marks the built-in types table")
+            + BEGIN.len();
+        let end = start + doc[start..].find(END).expect("the built-in types table ends");
+        let current = format!("\n{}", types_reference(&builtin(&ProvidersConfig::default())));
+        assert!(
+            doc[start..end] == current,
+            "the built-in types in docs/language.md are stale; put this between the builtin-types \
+             markers:\n{current}"
+        );
+    }
+
     #[test]
     fn random_hex_ids_are_prefixed_and_distinct() {
         let a = random_hex_id("null");
