@@ -244,6 +244,6 @@ fn compat_workflows_are_valid() {
     ] {
         let report = lyra.ok_json(&["validate", w, "--workflows", &dir]);
         assert_eq!(report["valid"], true, "{report:#}");
-        assert_eq!(report["errors"], Value::Array(vec![]), "{report:#}");
+        assert_eq!(report["diagnostics"], Value::Array(vec![]), "{report:#}");
     }
 }
