@@ -12,9 +12,11 @@ mod e2e {
     mod controller;
     #[cfg(unix)]
     mod crash;
+    mod encoding;
     mod failures;
     mod fuzz;
     mod guards;
+    mod json_output;
     mod kube_concurrency;
     mod kube_emulator;
     mod kube_rs_controller;
@@ -23,5 +25,8 @@ mod e2e {
     mod parallel;
     mod postgres;
     mod sharing;
+    #[cfg(unix)]
+    mod signals;
     mod state_cmds;
+    mod unknown;
 }

@@ -62,7 +62,11 @@ fn two_applies_exactly_one_runs(lyra: &Lyra) {
     );
     let refused = if sa.code() == Some(3) { "a" } else { "b" };
     let (out, err) = lyra.spawned_output(refused);
-    assert!(out.is_empty(), "a refused run prints no report: {out}");
+    // No report: the error document, naming the holder.
+    let refusal: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(refusal["error"]["kind"], "locked", "{refusal:#}");
+    assert_eq!(refusal["error"]["exit_code"], 3, "{refusal:#}");
+    assert_eq!(refusal["error"]["lease"]["operation"], "apply", "{refusal:#}");
     assert!(
         err.contains("deployment 'slow' is locked") && err.contains("is running apply since"),
         "{err}"
