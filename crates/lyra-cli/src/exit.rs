@@ -14,16 +14,22 @@ pub struct Exit {
     pub code: u8,
     /// What went wrong, as one word for scripts (`error.kind`).
     pub kind: &'static str,
-    /// One paragraph, for `error.message` and (after `error: `) for people.
-    pub message: String,
-    /// What people read on stderr when it is more than `error: {message}`: diagnostics with
-    /// their source lines, hints.
-    pub text: Option<String>,
-    pub diagnostics: Vec<DiagnosticJson>,
-    /// Fields of the error document beyond the common ones (`deployment`, `lease`, ...).
-    pub fields: Map<String, Value>,
     /// Already reported on stdout (a run's report, whatever its outcome): nothing more to print.
     pub reported: bool,
+    /// Boxed: every fallible function returns an `Exit`, most of them never fail.
+    details: Box<Details>,
+}
+
+#[derive(Debug, Default)]
+struct Details {
+    /// One paragraph, for `error.message` and (after `error: `) for people.
+    message: String,
+    /// What people read on stderr when it is more than `error: {message}`: diagnostics with
+    /// their source lines, hints.
+    text: Option<String>,
+    diagnostics: Vec<DiagnosticJson>,
+    /// Fields of the error document beyond the common ones (`deployment`, `lease`, ...).
+    fields: Map<String, Value>,
 }
 
 /// `error.kind`: one word per way a command can fail.
@@ -62,11 +68,11 @@ impl Exit {
         Exit {
             code,
             kind,
-            message: message.into(),
-            text: None,
-            diagnostics: Vec::new(),
-            fields: Map::new(),
             reported: false,
+            details: Box::new(Details {
+                message: message.into(),
+                ..Details::default()
+            }),
         }
     }
 
@@ -98,8 +104,8 @@ impl Exit {
             "the input is not valid: {n} problem{} found",
             if n == 1 { "" } else { "s" }
         ));
-        exit.text = Some(crate::load::render(d, sources));
-        exit.diagnostics = diagnostics_json(d, sources);
+        exit.details.text = Some(crate::load::render(d, sources));
+        exit.details.diagnostics = diagnostics_json(d, sources);
         exit
     }
 
@@ -115,33 +121,36 @@ impl Exit {
     /// Adds a field to the error document.
     pub fn with(mut self, key: &str, value: impl serde::Serialize) -> Exit {
         let value = serde_json::to_value(value).unwrap_or(Value::Null);
-        self.fields.insert(key.to_owned(), value);
+        self.details.fields.insert(key.to_owned(), value);
         self
     }
 
     /// Adds a line for people, after the message.
     pub fn hint(mut self, hint: &str) -> Exit {
-        let text = self.text.take().unwrap_or_else(|| format!("error: {}", self.message));
-        self.text = Some(format!("{text}\n  {hint}"));
+        let d = &mut self.details;
+        let text = d.text.take().unwrap_or_else(|| format!("error: {}", d.message));
+        d.text = Some(format!("{text}\n  {hint}"));
         self
     }
 
     /// What people read on stderr.
     pub fn human(&self) -> String {
-        self.text.clone().unwrap_or_else(|| format!("error: {}", self.message))
+        let d = &self.details;
+        d.text.clone().unwrap_or_else(|| format!("error: {}", d.message))
     }
 
     /// The error document of `-o json`.
     pub fn document(&self) -> Value {
         let mut error = Map::new();
         error.insert("kind".into(), self.kind.into());
-        error.insert("message".into(), self.message.clone().into());
+        let d = &self.details;
+        error.insert("message".into(), d.message.clone().into());
         error.insert("exit_code".into(), self.code.into());
         error.insert(
             "diagnostics".into(),
-            serde_json::to_value(&self.diagnostics).unwrap_or(Value::Null),
+            serde_json::to_value(&d.diagnostics).unwrap_or(Value::Null),
         );
-        for (k, v) in &self.fields {
+        for (k, v) in &d.fields {
             error.insert(k.clone(), v.clone());
         }
         serde_json::json!({ "error": error })

@@ -23,8 +23,9 @@ use crate::warn;
 /// How long the second signal waits for the leases to be released before exiting anyway.
 pub const RELEASE_WITHIN: Duration = Duration::from_millis(1500);
 
-/// Leases held right now, by registration id.
-static HELD: Mutex<Vec<(u64, Arc<dyn StateStore>, Lease)>> = Mutex::new(Vec::new());
+/// A lease held right now: registration id, its store, the lease.
+type Held = (u64, Arc<dyn StateStore>, Lease);
+static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 static FIRST: Notify = Notify::const_new();
@@ -79,7 +80,7 @@ impl Drop for Registration {
     }
 }
 
-fn held() -> std::sync::MutexGuard<'static, Vec<(u64, Arc<dyn StateStore>, Lease)>> {
+fn held() -> std::sync::MutexGuard<'static, Vec<Held>> {
     // A panic elsewhere while holding the list leaves it usable: it is only a list.
     HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -21,16 +21,15 @@ steps:
       input: $size
   inner:
     call: helper
-    parameters: {x: $o}
 ";
 
 const HELPER: &str = "\
-parameters: [x]
+parameters: [o]
 steps:
   h:
     resource: Null::Resource
     value:
-      input: $x
+      input: $o
 ";
 
 #[test]
@@ -45,7 +44,7 @@ fn byte_order_marks_are_accepted_everywhere() {
 
     // A workflow given as a file, and the default ./data.yaml.
     lyra.write("standalone.yaml", with_bom(HELPER));
-    lyra.ok(&["plan", "standalone.yaml", "--var", "x=1"]);
+    lyra.ok(&["plan", "standalone.yaml", "--var", "o=1"]);
 
     // An export saved again by an editor imports.
     let export = lyra.ok(&["state", "export", "main"]).stdout;
@@ -74,7 +73,9 @@ fn not_utf8(lyra: &Lyra, args: &[&str], at: &str, offset: usize) {
     assert_eq!(d["line"].to_string(), line, "{doc:#}");
     assert_eq!(d["column"].to_string(), col, "{doc:#}");
     assert!(
-        d["message"].as_str().is_some_and(|m| m.contains(&format!("byte offset {offset}"))),
+        d["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("byte offset {offset}"))),
         "{doc:#}"
     );
 }
@@ -83,7 +84,7 @@ fn not_utf8(lyra: &Lyra, args: &[&str], at: &str, offset: usize) {
 fn bytes_that_are_not_utf8_are_input_errors_at_the_byte() {
     let lyra = Lyra::new();
     // Latin-1 "é" (0xE9) on line 3, after a BOM: offset counts the file's bytes.
-    let mut latin1 = with_bom("steps:\n  one:\n    resource: Null::Resource # caf").clone();
+    let mut latin1 = with_bom("steps:\n  one:\n    resource: Null::Resource # caf");
     latin1.extend(b"\xE9\n");
     lyra.write("workflows/latin.yaml", &latin1);
     not_utf8(&lyra, &["validate", "latin"], "workflows/latin.yaml:3:35", 51);
@@ -98,13 +99,20 @@ fn bytes_that_are_not_utf8_are_input_errors_at_the_byte() {
     // Data files, given or default.
     lyra.write("workflows/ok.yaml", HELPER);
     lyra.write("bad-data.yaml", b"x: 1\ny: \xFF\n");
-    not_utf8(&lyra, &["plan", "ok", "--data", "bad-data.yaml"], "bad-data.yaml:2:4", 8);
+    not_utf8(
+        &lyra,
+        &["plan", "ok", "--data", "bad-data.yaml"],
+        "bad-data.yaml:2:4",
+        8,
+    );
     lyra.write("data.yaml", b"x: \xC3\n");
     not_utf8(&lyra, &["plan", "ok"], "data.yaml:1:4", 3);
 
     // UTF-16 says so.
     lyra.write("workflows/wide.yaml", [0xFF, 0xFE, b's', 0, b':', 0]);
-    lyra.run(&["validate", "wide"]).expect_code(1).expect_stderr(&["UTF-16"]);
+    lyra.run(&["validate", "wide"])
+        .expect_code(1)
+        .expect_stderr(&["UTF-16"]);
 }
 
 #[test]

@@ -61,16 +61,16 @@ fn pending(lyra: &Lyra, deployment: &str) -> usize {
 fn second_signal_during_apply(lyra: &Lyra, signal: &str) {
     lyra.write_workflow("slow", &sleeps_workflow(N, "3s"));
     lyra.init_state();
-    let child = lyra.spawn(
-        "apply",
-        &["apply", "slow", "--concurrency", "4", "-v", "-o", "json"],
-    );
+    let child = lyra.spawn("apply", &["apply", "slow", "--concurrency", "4", "-v", "-o", "json"]);
     abort_twice(lyra, child, "apply", signal, "slow");
     assert!(lyra.state("slow")["lease"].is_null(), "the lease is gone");
     // The creates in flight were abandoned: recorded as intents.
     assert!(pending(lyra, "slow") > 0, "{:#}", lyra.state("slow"));
     let history = lyra.history("slow");
-    assert!(history[0]["outcome"].is_null(), "the aborted run never finished: {history:#?}");
+    assert!(
+        history[0]["outcome"].is_null(),
+        "the aborted run never finished: {history:#?}"
+    );
 
     // At once, without --lock-timeout: admitted, and it converges.
     let report = lyra.ok_json(&["apply", "slow", "--concurrency", "12"]);
@@ -122,10 +122,7 @@ fn ctrl_c_ends_a_wait_for_the_lease() {
     lyra.init_state();
     let mut holder = lyra.spawn("holder", &["apply", "slow", "--concurrency", "12", "-v"]);
     wait_for_stderr(&lyra, &mut holder, "holder", "…");
-    let mut waiter = lyra.spawn(
-        "waiter",
-        &["apply", "slow", "--lock-timeout", "5m", "-o", "json"],
-    );
+    let mut waiter = lyra.spawn("waiter", &["apply", "slow", "--lock-timeout", "5m", "-o", "json"]);
     wait_for_stderr(&lyra, &mut waiter, "waiter", "waiting up to 5m");
     send(&waiter, "INT");
     let status = waiter.wait().expect("wait");
@@ -133,5 +130,9 @@ fn ctrl_c_ends_a_wait_for_the_lease() {
     assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
     let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
     assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
-    assert!(holder.wait().expect("wait").success(), "{:?}", lyra.spawned_output("holder"));
+    assert!(
+        holder.wait().expect("wait").success(),
+        "{:?}",
+        lyra.spawned_output("holder")
+    );
 }

@@ -47,7 +47,10 @@ fn nothing_is_created(lyra: &Lyra, url: &str, shown: &str) {
     }
     let migrate = lyra.run(&["state", "migrate", "--from", url, "--to", "elsewhere.db"]);
     migrate.expect_code(1).expect_stderr(&["no state at"]);
-    assert!(!lyra.path("elsewhere.db").exists(), "migrate created its target for nothing");
+    assert!(
+        !lyra.path("elsewhere.db").exists(),
+        "migrate created its target for nothing"
+    );
 
     // A plan of a new deployment is legitimate: everything would be created.
     let plan = lyra.ok_json(&["plan", "pair", "--state", url]);
@@ -84,10 +87,7 @@ fn postgres_read_only_commands_create_no_schema() {
         pg.name()
     ));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.lines().any(|l| l.trim() == "0"),
-        "the schema was created: {text}"
-    );
+    assert!(text.lines().any(|l| l.trim() == "0"), "the schema was created: {text}");
 }
 
 /// An unknown deployment: exit 1 naming it, the closest names offered, nothing recorded.
