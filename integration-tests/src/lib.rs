@@ -239,6 +239,19 @@ impl Lyra {
         path
     }
 
+    /// Creates the state (empty), as the first command that records something would: `lyra
+    /// state import` of an export with no deployments. Commands that only read (`state list`,
+    /// `plan`) never create it. Tests that start several processes at once on a fresh state
+    /// call this first (see `sharing::concurrent_first_use_of_a_state_file`).
+    #[track_caller]
+    pub fn init_state(&self) {
+        self.write(
+            ".no-deployments.json",
+            r#"{"format": "lyra-state", "version": 1, "deployments": []}"#,
+        );
+        self.ok(&["state", "import", ".no-deployments.json"]);
+    }
+
     /// Writes `workflows/NAME.yaml`, found by `lyra apply NAME`.
     pub fn write_workflow(&self, name: &str, yaml: &str) -> PathBuf {
         self.write(Path::new("workflows").join(format!("{name}.yaml")), yaml)

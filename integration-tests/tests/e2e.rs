@@ -13,9 +13,11 @@ mod e2e {
     #[cfg(unix)]
     mod crash;
     mod docs;
+    mod encoding;
     mod failures;
     mod fuzz;
     mod guards;
+    mod json_output;
     mod kube_concurrency;
     mod kube_emulator;
     mod kube_rs_controller;
@@ -24,5 +26,8 @@ mod e2e {
     mod parallel;
     mod postgres;
     mod sharing;
+    #[cfg(unix)]
+    mod signals;
     mod state_cmds;
+    mod unknown;
 }

@@ -10,7 +10,13 @@ Exit codes:
   1    a step failed, or the workflow or its input is invalid
   2    usage error (bad arguments, workflow not found)
   3    the deployment is locked by another run (see --lock-timeout)
-  130  interrupted (Ctrl-C)";
+  130  interrupted (Ctrl-C, SIGTERM or SIGHUP)
+
+The first Ctrl-C (or SIGTERM, SIGHUP) lets running steps finish and be recorded and starts no
+more; a second one releases the deployment's lease and exits at once (what was running is
+recorded as pending, and the next run resolves it).
+With -o json every command prints exactly one JSON document on stdout, failures included
+({\"error\": {...}}); see docs/json-output.md.";
 
 /// Lyra: infrastructure workflows whose order is inferred from the data they exchange.
 ///
@@ -23,6 +29,9 @@ Exit codes:
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Output format: `json` prints exactly one JSON document on stdout, errors included.
+    #[arg(short, long, global = true, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Subcommand)]
@@ -48,7 +57,7 @@ pub enum Command {
     State(StateCommand),
     /// Show the runs of a deployment, newest first.
     History(HistoryArgs),
-    /// Print the Kubernetes CustomResourceDefinition of `Workflow` objects (YAML).
+    /// Print the Kubernetes CustomResourceDefinition of `Workflow` objects (YAML; JSON with -o json).
     ///
     /// Install it with `lyra crd | kubectl apply -f -`; then run `lyra-controller`.
     Crd,
@@ -68,10 +77,11 @@ pub enum StateCommand {
     /// `servers/0`, `servers/1`…). Takes the deployment's lease and is kept in the history.
     #[command(after_long_help = EXIT_CODES)]
     Rm(StateRmArgs),
-    /// Break a deployment's lease, e.g. one left by a run that crashed.
+    /// Show who holds a deployment's lease; with --force, break it (e.g. one left by a crash).
     ///
-    /// Only needed when waiting for the lease to expire is not an option. Make sure the holder
-    /// is really gone: two runs on one deployment can make duplicates. Kept in the history.
+    /// Without --force this only shows the holder. Breaking is only needed when waiting for the
+    /// lease to expire is not an option. Make sure the holder is really gone: two runs on one
+    /// deployment can make duplicates. Kept in the history.
     #[command(after_long_help = EXIT_CODES)]
     Unlock(StateUnlockArgs),
     /// Write deployments' state and history as JSON (all deployments unless named).
@@ -110,9 +120,6 @@ pub struct WorkflowArgs {
     /// Directory holding workflows (the load path). Default: ./workflows.
     #[arg(long, env = "LYRA_WORKFLOWS", value_name = "DIR")]
     pub workflows: Option<PathBuf>,
-    /// Output format.
-    #[arg(short, long, value_enum, default_value_t)]
-    pub output: Output,
 }
 
 #[derive(Debug, Args)]
@@ -121,9 +128,6 @@ pub struct StateArgs {
     /// (postgres://USER@HOST/DB, optionally ?schema=NAME). Default: ./.lyra/state.db.
     #[arg(long, env = "LYRA_STATE", value_name = "URL")]
     pub state: Option<String>,
-    /// Output format.
-    #[arg(short, long, value_enum, default_value_t)]
-    pub output: Output,
 }
 
 #[derive(Debug, Args)]
@@ -250,7 +254,7 @@ pub struct StateUnlockArgs {
 pub struct StateExportArgs {
     /// Deployments to export. Default: all.
     pub deployments: Vec<String>,
-    /// Write to this file instead of stdout.
+    /// Write to this file instead of stdout (with -o json, stdout then gets a summary).
     #[arg(short, long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// Where state is kept (see `lyra state list --help`).
@@ -290,9 +294,6 @@ pub struct StateMigrateArgs {
     pub keep_source: bool,
     #[command(flatten)]
     pub lock: LockArgs,
-    /// Output format.
-    #[arg(short, long, value_enum, default_value_t)]
-    pub output: Output,
 }
 
 #[derive(Debug, Args)]

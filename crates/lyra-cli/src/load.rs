@@ -7,7 +7,7 @@ use lyra_core::program::Program;
 use lyra_core::schema::SchemaRegistry;
 use lyra_core::value::{Map, set_dotted};
 use lyra_core::yaml::workflow_name;
-use lyra_host::{DataError, LoadPath};
+use lyra_host::{DataError, LoadPath, ReadError};
 
 use crate::exit::Exit;
 
@@ -67,11 +67,16 @@ pub fn parse_program(
     schemas: &SchemaRegistry,
     sources: &mut Sources,
 ) -> Result<Result<Program, Diagnostics>, Exit> {
-    let text = std::fs::read_to_string(&loc.path)
-        .map_err(|e| Exit::usage(format!("cannot read {}: {e}", loc.path.display())))?;
+    let shown = loc.path.display().to_string();
+    let text = match lyra_host::read_text(&loc.path) {
+        Ok(text) => text,
+        Err(ReadError::Io(e)) => return Err(Exit::usage(format!("cannot read {shown}: {e}"))),
+        // Input, not usage: reported like any other problem in the file.
+        Err(e) => return Ok(Err(e.diagnostics(&shown, sources))),
+    };
     Ok(lyra_host::load_program(
         &loc.name,
-        (loc.path.display().to_string(), text),
+        (shown, text),
         &LoadPath::new(&loc.load_path),
         schemas,
         sources,

@@ -7,6 +7,7 @@ mod load;
 mod locking;
 mod output;
 mod progress;
+mod signals;
 mod state_cmd;
 mod transfer;
 
@@ -24,51 +25,108 @@ use lyra_core::state::StateStore;
 use lyra_providers::{ProvidersConfig, builtin};
 
 use crate::args::{Cli, Command, GraphFormat, Output, StateCommand};
-use crate::exit::Exit;
+use crate::exit::{Exit, kind};
 
 const DEFAULT_STATE: &str = ".lyra/state.db";
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(usage_error(&e)),
+    };
+    let output = cli.output;
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            warn(&format!("error: cannot start the async runtime: {e}\n"));
-            return ExitCode::from(Exit::FAILURE);
+            return ExitCode::from(fail(
+                Exit::failure(format!("cannot start the async runtime: {e}")),
+                output,
+            ));
         }
     };
     let code = match rt.block_on(run(cli)) {
         Ok(()) => Exit::SUCCESS,
-        Err(Exit { code, message }) => {
-            if let Some(m) = message {
-                warn(&format!("{}\n", m.trim_end()));
-            }
-            code
-        }
+        Err(exit) => fail(exit, output),
     };
     // Running provider calls of a cancelled run are not waited for.
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code)
 }
 
+/// Reports a failed command: its message on stderr, and under `-o json` its error document on
+/// stdout (scripts read that; people watching still see the message). Returns the exit code.
+fn fail(exit: Exit, output: Output) -> u8 {
+    if !exit.reported {
+        warn(&format!("{}\n", exit.human().trim_end()));
+        if output == Output::Json {
+            let _ = json(&exit.document());
+        }
+    }
+    exit.code
+}
+
+/// A command line clap refused. Help and version go where clap puts them; errors too, unless
+/// `-o json` was asked for, which gets the error document (kind `usage`, exit 2).
+fn usage_error(e: &clap::Error) -> u8 {
+    let code = u8::try_from(e.exit_code()).unwrap_or(Exit::USAGE);
+    if !e.use_stderr() || !json_requested(std::env::args_os().skip(1)) {
+        let _ = e.print();
+        return code;
+    }
+    let rendered = e.render().to_string();
+    let message = rendered
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_owned();
+    fail(
+        Exit::new(code, kind::USAGE, message).with("usage", rendered.trim_end()),
+        Output::Json,
+    )
+}
+
+/// Whether the arguments ask for `-o json` in any of the forms clap accepts.
+fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut it = args.iter().take_while(|a| *a != "--").peekable();
+    while let Some(a) = it.next() {
+        let value = match a.as_str() {
+            "-o" | "--output" => it.peek().map(|v| v.as_str()),
+            _ => a
+                .strip_prefix("--output=")
+                .or_else(|| a.strip_prefix("-o="))
+                .or_else(|| a.strip_prefix("-o")),
+        };
+        if value == Some("json") {
+            return true;
+        }
+    }
+    false
+}
+
 async fn run(cli: Cli) -> Result<(), Exit> {
+    let out = cli.output;
     match cli.command {
-        Command::Validate(a) => validate(&a),
-        Command::Plan(a) => plan_or_apply(&a, false).await,
-        Command::Apply(a) => plan_or_apply(&a, true).await,
-        Command::Delete(a) => delete(&a).await,
-        Command::Graph(a) => graph(&a),
+        Command::Validate(a) => validate(&a, out),
+        Command::Plan(a) => plan_or_apply(&a, false, out).await,
+        Command::Apply(a) => plan_or_apply(&a, true, out).await,
+        Command::Delete(a) => delete(&a, out).await,
+        Command::Graph(a) => graph(&a, out),
         Command::State(c) => match c {
-            StateCommand::List(a) => state_cmd::list(&a).await,
-            StateCommand::Show(a) => state_cmd::show(&a).await,
-            StateCommand::Rm(a) => state_cmd::rm(&a).await,
-            StateCommand::Unlock(a) => state_cmd::unlock(&a).await,
-            StateCommand::Export(a) => state_cmd::export(&a).await,
-            StateCommand::Import(a) => state_cmd::import(&a).await,
-            StateCommand::Migrate(a) => state_cmd::migrate(&a).await,
+            StateCommand::List(a) => state_cmd::list(&a, out).await,
+            StateCommand::Show(a) => state_cmd::show(&a, out).await,
+            StateCommand::Rm(a) => state_cmd::rm(&a, out).await,
+            StateCommand::Unlock(a) => state_cmd::unlock(&a, out).await,
+            StateCommand::Export(a) => state_cmd::export(&a, out).await,
+            StateCommand::Import(a) => state_cmd::import(&a, out).await,
+            StateCommand::Migrate(a) => state_cmd::migrate(&a, out).await,
         },
-        Command::History(a) => state_cmd::history(&a).await,
-        Command::Crd => print(&lyra_k8s::crd_yaml()),
+        Command::History(a) => state_cmd::history(&a, out).await,
+        Command::Crd => match out {
+            Output::Json => json(&lyra_k8s::crd::crd_json()),
+            Output::Text => print(&lyra_k8s::crd_yaml()),
+        },
     }
 }
 
@@ -78,8 +136,17 @@ pub fn warn(s: &str) {
     let _ = std::io::stderr().lock().write_all(s.as_bytes());
 }
 
+/// Whether anything was written to stdout yet: a second signal's abort must not add a second
+/// JSON document after the first.
+static PRINTED: AtomicBool = AtomicBool::new(false);
+
+pub fn printed() -> bool {
+    PRINTED.load(Ordering::SeqCst)
+}
+
 /// Writes to stdout; a closed pipe (`lyra ... | head`) is not an error.
 pub fn print(s: &str) -> Result<(), Exit> {
+    PRINTED.store(true, Ordering::SeqCst);
     let mut out = std::io::stdout().lock();
     match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Exit::failure(format!("writing output: {e}"))),
@@ -92,43 +159,110 @@ pub fn json(v: &impl serde::Serialize) -> Result<(), Exit> {
     print(&(s + "\n"))
 }
 
-fn validate(a: &args::WorkflowArgs) -> Result<(), Exit> {
+fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig::default());
     let loc = load::locate(&a.workflow, a.workflows.as_deref())?;
     let mut sources = Sources::default();
     let result = load::parse_program(&loc, providers.schemas(), &mut sources)?;
-    if a.output == Output::Json {
-        let errors: Vec<serde_json::Value> = match &result {
+    if out == Output::Json {
+        let diagnostics = match &result {
             Ok(_) => vec![],
-            Err(d) => d
-                .iter()
-                .map(|d| {
-                    serde_json::json!({
-                        "file": sources.get(d.span.file).map(|f| f.name.clone()),
-                        "line": d.span.line,
-                        "column": d.span.col,
-                        "message": d.message,
-                        "help": d.help,
-                    })
-                })
-                .collect(),
+            Err(d) => output::diagnostics_json(d, &sources),
         };
-        json(&serde_json::json!({"workflow": loc.name, "valid": errors.is_empty(), "errors": errors}))?;
-        return if errors.is_empty() {
+        let valid = diagnostics.is_empty();
+        json(&output::ValidationJson {
+            workflow: &loc.name,
+            valid,
+            diagnostics,
+        })?;
+        return if valid {
             Ok(())
         } else {
-            Err(Exit::code(Exit::FAILURE))
+            Err(Exit::reported(Exit::FAILURE))
         };
     }
     result.map_err(|d| Exit::invalid(&d, &sources))?;
     print(&format!("{}: valid\n", loc.name))
 }
 
+/// The state URL as given (or the default), fit for messages: without a password.
+pub fn state_label(url: Option<&str>) -> String {
+    output::redact_url(url.unwrap_or(DEFAULT_STATE))
+}
+
+/// Opens the state, creating it if needed: for commands that record something new (`apply`,
+/// `state import`, the target of `state migrate`).
 pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> {
-    let url = url.unwrap_or(DEFAULT_STATE);
-    lyra_state::open(url)
+    lyra_state::open(url.unwrap_or(DEFAULT_STATE))
         .await
-        .map_err(|e| Exit::failure(format!("state {}: {e}", output::redact_url(url))))
+        .map_err(|e| Exit::state(format!("{}: {e}", state_label(url))))
+}
+
+/// Opens the state only if it exists: every command that reads, or changes only what is
+/// already recorded, must not leave a new store behind (a mistyped `--state` would otherwise
+/// create one, and then find nothing in it).
+pub async fn open_existing(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> {
+    match lyra_state::open_existing(url.unwrap_or(DEFAULT_STATE)).await {
+        Ok(store) => Ok(store),
+        Err(lyra_state::Error::NoState { .. }) => Err(no_state(url)),
+        Err(e) => Err(Exit::state(format!("{}: {e}", state_label(url)))),
+    }
+}
+
+fn no_state(url: Option<&str>) -> Exit {
+    let label = state_label(url);
+    Exit::new(Exit::FAILURE, kind::NO_STATE, format!("no state at {label}"))
+        .with("state", &label)
+        .hint("nothing was ever recorded there: check --state (or LYRA_STATE); `lyra apply` creates the state")
+}
+
+/// The deployment is not recorded: exit 1 naming it, with the recorded names closest to it.
+pub async fn unknown_deployment(store: &dyn StateStore, deployment: &str, url: Option<&str>) -> Exit {
+    let known: Vec<String> = store
+        .list()
+        .await
+        .map(|l| l.into_iter().map(|d| d.name).collect())
+        .unwrap_or_default();
+    not_found(deployment, &known, url)
+}
+
+/// [`unknown_deployment`] when the recorded names are at hand.
+pub fn not_found(deployment: &str, known: &[String], url: Option<&str>) -> Exit {
+    let label = state_label(url);
+    let near = near_names(deployment, known.iter().map(String::as_str));
+    let hint = if !near.is_empty() {
+        format!("did you mean: {}?", near.join(", "))
+    } else if known.is_empty() {
+        "no deployment is recorded there".to_owned()
+    } else {
+        "`lyra state list` shows the recorded ones".to_owned()
+    };
+    Exit::new(
+        Exit::FAILURE,
+        kind::NOT_FOUND,
+        format!("no deployment '{deployment}' in {label}"),
+    )
+    .with("deployment", deployment)
+    .with("state", &label)
+    .with("did_you_mean", &near)
+    .hint(&hint)
+}
+
+/// The names closest to `name` by edit distance (case-insensitively), closest first, at most
+/// three: typos, and names that contain it.
+pub fn near_names<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let wanted = name.to_lowercase();
+    let mut scored: Vec<(usize, &str)> = known
+        .filter_map(|k| {
+            let lower = k.to_lowercase();
+            let distance = strsim::levenshtein(&wanted, &lower);
+            let limit = (wanted.chars().count().max(lower.chars().count()) / 3).max(2);
+            let contains = wanted.chars().count() >= 3 && lower.contains(&wanted);
+            (distance <= limit || contains).then_some((distance, k))
+        })
+        .collect();
+    scored.sort_unstable();
+    scored.into_iter().take(3).map(|(_, k)| k.to_owned()).collect()
 }
 
 /// Who runs this command, as recorded in leases and the history.
@@ -145,44 +279,39 @@ pub fn actor() -> String {
     format!("{user}@{host}")
 }
 
-/// Sets the flag on the first Ctrl-C (finish running steps, schedule no more); exits at once
-/// on the second.
-fn cancel_on_ctrl_c(flag: Arc<AtomicBool>) {
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            flag.store(true, Ordering::SeqCst);
-            warn("\ninterrupted: waiting for running steps to finish and be recorded (Ctrl-C again to abort)\n");
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(i32::from(Exit::INTERRUPTED));
+/// Prints a run's report, and ends the command by its outcome. When the lease was lost during
+/// the run, the command fails: under `-o json` the error document then carries the report.
+fn finish_report(r: &Report, out: Output, plan: bool, lost: Option<Exit>) -> Result<(), Exit> {
+    match (out, lost) {
+        (Output::Json, Some(lost)) => return Err(lost.with("report", output::report_json(r))),
+        (Output::Json, None) => json(&output::report_json(r))?,
+        (Output::Text, lost) => {
+            if plan {
+                print(&output::plan_text(r))?;
+            } else {
+                warn(&output::result_text(r));
+                print(&output::returns_text(&output::masked_returns(r)))?;
+            }
+            if let Some(lost) = lost {
+                return Err(lost);
             }
         }
-    });
-}
-
-fn finish_report(r: &Report, output: Output, plan: bool) -> Result<(), Exit> {
-    if output == Output::Json {
-        json(&output::report_json(r))?;
-    } else if plan {
-        print(&output::plan_text(r))?;
-    } else {
-        warn(&output::result_text(r));
-        print(&output::returns_text(&output::masked_returns(r)))?;
     }
     match r.outcome {
         lyra_core::state::Outcome::Succeeded => Ok(()),
-        lyra_core::state::Outcome::Cancelled => Err(Exit::code(Exit::INTERRUPTED)),
-        lyra_core::state::Outcome::Failed => Err(Exit::code(Exit::FAILURE)),
+        lyra_core::state::Outcome::Cancelled => Err(Exit::reported(Exit::INTERRUPTED)),
+        lyra_core::state::Outcome::Failed => Err(Exit::reported(Exit::FAILURE)),
     }
 }
 
 fn engine_error(e: EngineError, sources: &Sources) -> Exit {
     match e {
         EngineError::Input(d) => Exit::invalid(&d, sources),
-        EngineError::Store(e) => Exit::failure(format!("state: {e}")),
+        EngineError::Store(e) => Exit::state(e),
     }
 }
 
-async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
+async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: a.exec.foobernetes_file.clone(),
     });
@@ -190,10 +319,21 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
     let mut sources = Sources::default();
     let program = load::load_program(&loc, providers.schemas(), &mut sources)?;
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
-    let store = open_state(a.state.as_deref()).await?;
+    let store = if apply {
+        open_state(a.state.as_deref()).await?
+    } else {
+        // A plan records nothing: where no state exists yet it plans against an empty one,
+        // and creates none.
+        match open_existing(a.state.as_deref()).await {
+            Err(e) if e.kind == kind::NO_STATE => Arc::new(lyra_state::EmptyState {
+                location: state_label(a.state.as_deref()),
+            }),
+            other => other?,
+        }
+    };
     let deployment = a.name.clone().unwrap_or_else(|| loc.name.clone());
     let cancel = Arc::new(AtomicBool::new(false));
-    cancel_on_ctrl_c(Arc::clone(&cancel));
+    signals::install(Arc::clone(&cancel), out);
     // A plan changes nothing, so it never waits for (or blocks) a run that does.
     let lease = if apply {
         Some(locking::take(&store, &deployment, "apply", &a.exec.lock, Arc::clone(&cancel)).await?)
@@ -221,27 +361,34 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool) -> Result<(), Exit> {
         None => true,
     };
     let report = result.map_err(|e| engine_error(e, &sources))?;
-    let reported = finish_report(&report, a.workflow.output, !apply);
-    if !kept {
-        return Err(lease_lost(&deployment));
-    }
-    reported
+    finish_report(&report, out, !apply, (!kept).then(|| lease_lost(&deployment)))
 }
 
 fn lease_lost(deployment: &str) -> Exit {
-    Exit::failure(format!(
-        "the lease on '{deployment}' was lost during the run (it expired or was broken), so the run \
-         stopped early; another run may have changed the deployment since: check `lyra history {deployment}`"
-    ))
+    Exit::new(
+        Exit::FAILURE,
+        kind::LEASE_LOST,
+        format!(
+            "the lease on '{deployment}' was lost during the run (it expired or was broken), so the run \
+             stopped early; another run may have changed the deployment since: check `lyra history {deployment}`"
+        ),
+    )
+    .with("deployment", deployment)
 }
 
-async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
+async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: a.exec.foobernetes_file.clone(),
     });
-    let store = open_state(a.state.state.as_deref()).await?;
+    let url = a.state.state.as_deref();
+    let store = open_existing(url).await?;
+    // Deleting a deployment that is not recorded is a mistake to report (a typo), not a
+    // success, and must not record anything.
+    if store.load(&a.deployment).await.map_err(Exit::state)?.is_none() {
+        return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
+    }
     let cancel = Arc::new(AtomicBool::new(false));
-    cancel_on_ctrl_c(Arc::clone(&cancel));
+    signals::install(Arc::clone(&cancel), out);
     let lease = if a.dry_run {
         None
     } else {
@@ -268,21 +415,53 @@ async fn delete(a: &args::DeleteArgs) -> Result<(), Exit> {
         None => true,
     };
     let report = result.map_err(|e| engine_error(e, &sources))?;
-    let reported = finish_report(&report, a.state.output, a.dry_run);
-    if !kept {
-        return Err(lease_lost(&a.deployment));
-    }
-    reported
+    finish_report(&report, out, a.dry_run, (!kept).then(|| lease_lost(&a.deployment)))
 }
 
-fn graph(a: &args::GraphArgs) -> Result<(), Exit> {
+fn graph(a: &args::GraphArgs, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig::default());
     let loc = load::locate(&a.workflow, a.workflows.as_deref())?;
     let mut sources = Sources::default();
     let program = load::load_program(&loc, providers.schemas(), &mut sources)?;
     let g = Graph::of(&program.main);
+    if out == Output::Json {
+        return json(&output::graph_json(&program.main.name, &g));
+    }
     print(&match a.format {
         GraphFormat::Dot => g.to_dot(&program.main.name),
         GraphFormat::Mermaid => g.to_mermaid(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_json_in_every_spelling() {
+        let yes = |args: &[&str]| json_requested(args.iter().map(std::ffi::OsString::from));
+        for args in [
+            &["state", "list", "-o", "json"][..],
+            &["-ojson", "state"],
+            &["--output=json"],
+            &["-o=json"],
+            &["--output", "json", "x"],
+        ] {
+            assert!(yes(args), "{args:?}");
+        }
+        for args in [&["-o", "text"][..], &["--", "-o", "json"], &["-o"], &["json"]] {
+            assert!(!yes(args), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn near_names_are_close_or_containing() {
+        let known = ["webapp", "webapp-staging", "db", "shop"];
+        let near = |n: &str| near_names(n, known.iter().copied());
+        assert_eq!(near("wepapp"), ["webapp"]);
+        assert_eq!(near("WEBAPP"), ["webapp", "webapp-staging"]);
+        assert_eq!(near("staging"), ["webapp-staging"]);
+        assert!(near("nosuch").is_empty());
+        assert_eq!(near("dc"), ["db"]);
+    }
 }

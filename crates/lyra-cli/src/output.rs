@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use lyra_core::diag::{Diagnostics, Sources};
 use lyra_core::report::{Action, AttrChange, Mode, Report, Status, StepReport};
 use lyra_core::state::{ChangeCounts, DeploymentState, DeploymentSummary, Lease, ResourceRecord, RunRecord};
 use lyra_core::value::{Map, Value, short};
@@ -35,9 +36,8 @@ pub struct StepJson<'a> {
     pub status: &'static str,
     pub external_id: Option<&'a str>,
     pub duration_ms: u128,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'a str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Attribute changes (plans, and what an apply changed); `[]` when none.
     pub changes: Vec<ChangeJson<'a>>,
 }
 
@@ -47,9 +47,7 @@ pub struct ChangeJson<'a> {
     pub old: Value,
     /// `null` with `known_after_apply: true` when the value is not known yet.
     pub new: Value,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub known_after_apply: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub forces_replace: bool,
 }
 
@@ -98,6 +96,74 @@ pub fn report_json(r: &Report) -> ReportJson<'_> {
                     .collect(),
             })
             .collect(),
+    }
+}
+
+/// A problem in a workflow or data file, as `validate` and the error document list them.
+#[derive(Debug, Serialize)]
+pub struct DiagnosticJson {
+    pub file: Option<String>,
+    /// 1-based; `null` when the problem is about the whole file.
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+    pub message: String,
+    pub help: Option<String>,
+}
+
+pub fn diagnostics_json(d: &Diagnostics, sources: &Sources) -> Vec<DiagnosticJson> {
+    d.iter()
+        .map(|d| DiagnosticJson {
+            file: sources.get(d.span.file).map(|f| f.name.clone()),
+            line: (d.span.line > 0).then_some(d.span.line),
+            column: (d.span.line > 0).then_some(d.span.col),
+            message: d.message.clone(),
+            help: d.help.clone(),
+        })
+        .collect()
+}
+
+/// `lyra validate -o json`.
+#[derive(Serialize)]
+pub struct ValidationJson<'a> {
+    pub workflow: &'a str,
+    pub valid: bool,
+    pub diagnostics: Vec<DiagnosticJson>,
+}
+
+/// `lyra graph -o json`: steps by id, and producer → consumer edges.
+#[derive(Serialize)]
+pub struct GraphJson<'a> {
+    pub workflow: &'a str,
+    pub nodes: Vec<NodeJson<'a>>,
+    pub edges: Vec<EdgeJson<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct NodeJson<'a> {
+    pub step: &'a str,
+    /// What the graph shows: the step's name and kind, one per line.
+    pub label: String,
+}
+
+#[derive(Serialize)]
+pub struct EdgeJson<'a> {
+    pub from: &'a str,
+    pub to: &'a str,
+}
+
+pub fn graph_json<'a>(workflow: &'a str, g: &'a lyra_core::graph::Graph) -> GraphJson<'a> {
+    GraphJson {
+        workflow,
+        nodes: g
+            .nodes
+            .iter()
+            .map(|(step, label)| NodeJson {
+                step,
+                // The graph's labels carry DOT's line break escape.
+                label: label.replace("\\n", "\n"),
+            })
+            .collect(),
+        edges: g.edges.iter().map(|(from, to)| EdgeJson { from, to }).collect(),
     }
 }
 
@@ -229,16 +295,33 @@ pub struct RunJson<'a> {
     pub workflow: Option<&'a str>,
     pub operation: &'static str,
     pub actor: &'a str,
-    pub started_at_ms: i64,
-    pub finished_at_ms: Option<i64>,
+    pub started_at: String,
+    /// `null` while running or when the run never finished (a crash).
+    pub finished_at: Option<String>,
     /// `null` while running or when the run never finished (a crash).
     pub outcome: Option<&'static str>,
     pub counts: &'a ChangeCounts,
-    pub changes: &'a [lyra_core::state::ChangeRecord],
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Vec<RunChangeJson<'a>>,
     pub error: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// What a state edit did (`lyra state rm`, `unlock`, `import`), in words.
     pub note: Option<&'a str>,
+}
+
+/// A step a run changed (or failed to), as kept in the history.
+#[derive(Serialize)]
+pub struct RunChangeJson<'a> {
+    pub step: &'a str,
+    pub action: &'a str,
+    pub error: Option<&'a str>,
+}
+
+/// A point in time in JSON output: RFC 3339, UTC, to the millisecond.
+pub fn instant(ms: i64) -> String {
+    let time = match u64::try_from(ms) {
+        Ok(ms) => std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+        Err(_) => std::time::UNIX_EPOCH,
+    };
+    humantime::format_rfc3339_millis(time).to_string()
 }
 
 pub fn run_json(r: &RunRecord) -> RunJson<'_> {
@@ -248,11 +331,19 @@ pub fn run_json(r: &RunRecord) -> RunJson<'_> {
         workflow: r.workflow.as_deref(),
         operation: r.operation.as_str(),
         actor: &r.actor,
-        started_at_ms: r.started_at,
-        finished_at_ms: r.finished_at,
+        started_at: instant(r.started_at),
+        finished_at: r.finished_at.map(instant),
         outcome: r.outcome.map(|o| o.as_str()),
         counts: &r.counts,
-        changes: &r.changes,
+        changes: r
+            .changes
+            .iter()
+            .map(|c| RunChangeJson {
+                step: &c.step_id,
+                action: &c.action,
+                error: c.error.as_deref(),
+            })
+            .collect(),
         error: r.error.as_deref(),
         note: r.note.as_deref(),
     }
@@ -262,7 +353,7 @@ pub fn run_json(r: &RunRecord) -> RunJson<'_> {
 pub struct LeaseJson<'a> {
     pub owner: &'a str,
     pub operation: &'a str,
-    /// RFC 3339 UTC times, on the state store's clock.
+    /// On the state store's clock.
     pub since: String,
     pub expires: String,
 }
@@ -271,8 +362,8 @@ pub fn lease_json(l: &Lease) -> LeaseJson<'_> {
     LeaseJson {
         owner: &l.owner,
         operation: &l.operation,
-        since: time_text(l.since),
-        expires: time_text(l.expires),
+        since: instant(l.since),
+        expires: instant(l.expires),
     }
 }
 
@@ -408,6 +499,7 @@ mod tests {
     #[test]
     fn formats_times() {
         assert_eq!(time_text(1_796_083_200_000), "2026-12-01T00:00:00Z");
+        assert_eq!(instant(1_796_083_200_123), "2026-12-01T00:00:00.123Z");
     }
 
     #[test]

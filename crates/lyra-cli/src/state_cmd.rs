@@ -10,19 +10,19 @@ use lyra_core::state::{
 use lyra_providers::{ProvidersConfig, builtin};
 
 use crate::args::{self, Output};
-use crate::exit::Exit;
+use crate::exit::{Exit, kind};
 use crate::output::{self, lease_text, redact_url, time_text};
 use crate::transfer::ExportFile;
-use crate::{actor, json, locking, open_state, print, warn};
+use crate::{actor, json, locking, open_existing, open_state, print, signals, unknown_deployment, warn};
 
 fn state_error(e: StoreError) -> Exit {
-    Exit::failure(format!("state: {e}"))
+    Exit::state(e)
 }
 
-pub async fn list(a: &args::StateArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.as_deref()).await?;
+pub async fn list(a: &args::StateArgs, out: Output) -> Result<(), Exit> {
+    let store = open_existing(a.state.as_deref()).await?;
     let list = store.list().await.map_err(state_error)?;
-    if a.output == Output::Json {
+    if out == Output::Json {
         return json(&list.iter().map(output::summary_json).collect::<Vec<_>>());
     }
     if list.is_empty() {
@@ -62,13 +62,12 @@ pub async fn list(a: &args::StateArgs) -> Result<(), Exit> {
     ))
 }
 
-pub async fn show(a: &args::StateShowArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.state.as_deref()).await?;
-    let state = store
-        .load(&a.deployment)
-        .await
-        .map_err(state_error)?
-        .ok_or_else(|| Exit::failure(format!("no deployment '{}' in the state", a.deployment)))?;
+pub async fn show(a: &args::StateShowArgs, out: Output) -> Result<(), Exit> {
+    let url = a.state.state.as_deref();
+    let store = open_existing(url).await?;
+    let Some(state) = store.load(&a.deployment).await.map_err(state_error)? else {
+        return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
+    };
     let lease = store.lease(&a.deployment).await.map_err(state_error)?;
     // Masking needs the provider schemas: which attributes are secret.
     let providers = builtin(&ProvidersConfig::default());
@@ -81,7 +80,7 @@ pub async fn show(a: &args::StateShowArgs) -> Result<(), Exit> {
                 .is_some_and(|a| a.sensitive || a.ty.is_sensitive())
     };
     let shown = output::state_json(&state, lease.as_ref(), &is_sensitive);
-    if a.state.output == Output::Json {
+    if out == Output::Json {
         return json(&shown);
     }
     let rows: Vec<Vec<String>> = state
@@ -111,13 +110,14 @@ pub async fn show(a: &args::StateShowArgs) -> Result<(), Exit> {
     ))
 }
 
-pub async fn history(a: &args::HistoryArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.state.as_deref()).await?;
+pub async fn history(a: &args::HistoryArgs, out: Output) -> Result<(), Exit> {
+    let url = a.state.state.as_deref();
+    let store = open_existing(url).await?;
     let runs = store.history(&a.deployment).await.map_err(state_error)?;
     if runs.is_empty() && store.load(&a.deployment).await.map_err(state_error)?.is_none() {
-        return Err(Exit::failure(format!("no deployment '{}' in the state", a.deployment)));
+        return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
     }
-    if a.state.output == Output::Json {
+    if out == Output::Json {
         return json(&runs.iter().map(output::run_json).collect::<Vec<_>>());
     }
     let rows: Vec<Vec<String>> = runs
@@ -179,31 +179,31 @@ async fn record_edit(
         .await
 }
 
-pub async fn rm(a: &args::StateRmArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.state.as_deref()).await?;
-    let held = locking::take(
-        &store,
-        &a.deployment,
-        "state rm",
-        &a.lock,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .await?;
+pub async fn rm(a: &args::StateRmArgs, out: Output) -> Result<(), Exit> {
+    let url = a.state.state.as_deref();
+    let store = open_existing(url).await?;
+    // Checked before taking the lease, so a typo writes nothing (not even a lease row).
+    if store.load(&a.deployment).await.map_err(state_error)?.is_none() {
+        return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
+    }
+    let cancel = Arc::new(AtomicBool::new(false));
+    signals::install(Arc::clone(&cancel), out);
+    let held = locking::take(&store, &a.deployment, "state rm", &a.lock, cancel).await?;
     let result = rm_locked(store.as_ref(), a).await;
     locking::release(&store, held).await;
     let forgotten = result?;
-    if a.state.output == Output::Json {
+    if out == Output::Json {
         return json(&serde_json::json!({"deployment": a.deployment, "forgotten": forgotten}));
     }
     print(&forgotten.iter().map(|s| format!("forgot {s}\n")).collect::<String>())
 }
 
 async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<String>, Exit> {
-    let state = store
-        .load(&a.deployment)
-        .await
-        .map_err(state_error)?
-        .ok_or_else(|| Exit::failure(format!("no deployment '{}' in the state", a.deployment)))?;
+    let url = a.state.state.as_deref();
+    // Again under the lease: it may have been dropped (migrated away) since the check.
+    let Some(state) = store.load(&a.deployment).await.map_err(state_error)? else {
+        return Err(unknown_deployment(store, &a.deployment, url).await);
+    };
     let mut forget: Vec<String> = Vec::new();
     for step in &a.steps {
         let under = format!("{step}/");
@@ -214,15 +214,23 @@ async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<
             .collect();
         if matched.is_empty() {
             let known: Vec<&str> = state.resources.iter().map(|r| r.step_id.as_str()).collect();
-            return Err(Exit::failure(format!(
-                "deployment '{}' has no step '{step}' (recorded: {})",
-                a.deployment,
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            )));
+            let near = crate::near_names(step, known.iter().copied());
+            return Err(Exit::new(
+                Exit::FAILURE,
+                kind::NOT_FOUND,
+                format!(
+                    "deployment '{}' has no step '{step}' (recorded: {})",
+                    a.deployment,
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+            .with("deployment", &a.deployment)
+            .with("step", step)
+            .with("did_you_mean", near));
         }
         forget.extend(matched.into_iter().map(|r| r.step_id.clone()));
     }
@@ -253,81 +261,112 @@ async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<
     Ok(forget)
 }
 
-pub async fn unlock(a: &args::StateUnlockArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.state.as_deref()).await?;
-    if !a.force {
-        let current = store.lease(&a.deployment).await.map_err(state_error)?;
-        return match current {
-            None => {
-                warn(&format!("deployment '{}' is not locked\n", a.deployment));
-                Ok(())
-            }
-            Some(l) => Err(Exit::usage(format!(
-                "deployment '{}' is locked: {}\n  \
-                 breaking the lease lets another run start while this one may still be running; \
-                 if it is really gone, run again with --force",
-                a.deployment,
-                lease_text(&l)
-            ))),
-        };
-    }
-    let broken = store.break_lease(&a.deployment).await.map_err(state_error)?;
-    let Some(broken) = broken else {
-        warn(&format!("deployment '{}' was not locked\n", a.deployment));
-        return Ok(());
+/// `lyra state unlock D`: shows the holder; with `--force`, breaks the lease.
+pub async fn unlock(a: &args::StateUnlockArgs, out: Output) -> Result<(), Exit> {
+    let url = a.state.state.as_deref();
+    let store = open_existing(url).await?;
+    let recorded = store.load(&a.deployment).await.map_err(state_error)?;
+    // A deployment's first run takes the lease before it is recorded: a lease alone is enough
+    // to know the name.
+    let lease = if a.force {
+        store.break_lease(&a.deployment).await.map_err(state_error)?
+    } else {
+        store.lease(&a.deployment).await.map_err(state_error)?
     };
-    let workflow = store
-        .load(&a.deployment)
-        .await
-        .map_err(state_error)?
-        .and_then(|d| d.workflow);
-    let note = format!("broke the lease: {}", lease_text(&broken));
-    record_edit(store.as_ref(), &a.deployment, workflow, Operation::Unlock, vec![], note)
-        .await
-        .map_err(state_error)?;
-    if a.state.output == Output::Json {
+    if recorded.is_none() && lease.is_none() {
+        return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
+    }
+    let text = match (&lease, a.force) {
+        (None, false) => format!("deployment '{}' is not locked\n", a.deployment),
+        (None, true) => format!("deployment '{}' was not locked\n", a.deployment),
+        (Some(l), false) => format!(
+            "deployment '{}' is locked: {}\n  break the lease only if that run is gone for good: \
+             `lyra state unlock {} --force`\n",
+            a.deployment,
+            lease_text(l),
+            a.deployment
+        ),
+        (Some(l), true) => {
+            let note = format!("broke the lease: {}", lease_text(l));
+            match &recorded {
+                Some(d) => {
+                    record_edit(
+                        store.as_ref(),
+                        &a.deployment,
+                        d.workflow.clone(),
+                        Operation::Unlock,
+                        vec![],
+                        note,
+                    )
+                    .await
+                    .map_err(state_error)?;
+                    format!("unlocked '{}': {}\n", a.deployment, lease_text(l))
+                }
+                // Recording it would create the deployment: its first run never got that far.
+                None => format!(
+                    "unlocked '{}': {} (no run of it was recorded, so there is no history to keep this in)\n",
+                    a.deployment,
+                    lease_text(l)
+                ),
+            }
+        }
+    };
+    if out == Output::Json {
         return json(&serde_json::json!({
             "deployment": a.deployment,
-            "broken": output::lease_json(&broken),
+            "lease": lease.as_ref().map(output::lease_json),
+            "broken": a.force && lease.is_some(),
         }));
     }
-    print(&format!("unlocked '{}': {}\n", a.deployment, lease_text(&broken)))
+    print(&text)
 }
 
-/// The named deployments, or all of them.
-async fn chosen(store: &dyn StateStore, names: &[String]) -> Result<Vec<String>, Exit> {
-    if !names.is_empty() {
-        return Ok(names.to_vec());
-    }
-    Ok(store
+/// The named deployments, or all of them. Every name must be recorded: checked before any
+/// is exported or moved, so a typo in the last name does nothing half-way.
+async fn chosen(store: &dyn StateStore, names: &[String], url: Option<&str>) -> Result<Vec<String>, Exit> {
+    let all: Vec<String> = store
         .list()
         .await
         .map_err(state_error)?
         .into_iter()
         .map(|d| d.name)
-        .collect())
+        .collect();
+    if names.is_empty() {
+        return Ok(all);
+    }
+    if let Some(unknown) = names.iter().find(|n| !all.contains(n)) {
+        return Err(crate::not_found(unknown, &all, url));
+    }
+    Ok(names.to_vec())
 }
 
-async fn export_one(store: &dyn StateStore, deployment: &str) -> Result<DeploymentExport, Exit> {
-    store
-        .export(deployment)
-        .await
-        .map_err(state_error)?
-        .ok_or_else(|| Exit::failure(format!("no deployment '{deployment}' in the state")))
+async fn export_one(store: &dyn StateStore, deployment: &str, url: Option<&str>) -> Result<DeploymentExport, Exit> {
+    match store.export(deployment).await.map_err(state_error)? {
+        Some(export) => Ok(export),
+        None => Err(unknown_deployment(store, deployment, url).await),
+    }
 }
 
-pub async fn export(a: &args::StateExportArgs) -> Result<(), Exit> {
-    let store = open_state(a.state.as_deref()).await?;
+pub async fn export(a: &args::StateExportArgs, out: Output) -> Result<(), Exit> {
+    let url = a.state.as_deref();
+    let store = open_existing(url).await?;
     let mut exports = Vec::new();
-    for d in chosen(store.as_ref(), &a.deployments).await? {
-        exports.push(export_one(store.as_ref(), &d).await?);
+    for d in chosen(store.as_ref(), &a.deployments, url).await? {
+        exports.push(export_one(store.as_ref(), &d, url).await?);
     }
     let text = serde_json::to_string_pretty(&ExportFile::new(&exports)).map_err(|e| Exit::failure(e.to_string()))?;
     match &a.file {
+        // The export is itself the JSON document, with or without `-o json`.
         None => print(&(text + "\n")),
         Some(path) => {
             write_atomically(path, text.as_bytes())
                 .map_err(|e| Exit::failure(format!("writing {}: {e}", path.display())))?;
+            if out == Output::Json {
+                return json(&serde_json::json!({
+                    "exported": exports.iter().map(moved_json).collect::<Vec<_>>(),
+                    "file": path.display().to_string(),
+                }));
+            }
             warn(&format!(
                 "exported {} deployment(s) to {}\n",
                 exports.len(),
@@ -336,6 +375,11 @@ pub async fn export(a: &args::StateExportArgs) -> Result<(), Exit> {
             Ok(())
         }
     }
+}
+
+/// One deployment exported, imported or moved: `{"deployment", "resources"}`.
+fn moved_json(e: &DeploymentExport) -> serde_json::Value {
+    serde_json::json!({"deployment": e.state.name, "resources": e.state.resources.len()})
 }
 
 /// Writes a file so that a crash leaves either the old content or the new, never half.
@@ -353,30 +397,62 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     Ok(())
 }
 
-pub async fn import(a: &args::StateImportArgs) -> Result<(), Exit> {
-    let text = if a.file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| Exit::failure(format!("reading stdin: {e}")))?
+pub async fn import(a: &args::StateImportArgs, out: Output) -> Result<(), Exit> {
+    let shown = if a.file.as_os_str() == "-" {
+        "<stdin>".to_owned()
     } else {
-        std::fs::read_to_string(&a.file).map_err(|e| Exit::failure(format!("reading {}: {e}", a.file.display())))?
+        a.file.display().to_string()
     };
-    let file = ExportFile::parse(&text).map_err(|e| Exit::failure(format!("{}: {e}", a.file.display())))?;
+    let bytes = if a.file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| Exit::failure(format!("reading stdin: {e}")))?;
+        buf
+    } else {
+        std::fs::read(&a.file).map_err(|e| Exit::usage(format!("cannot read {shown}: {e}")))?
+    };
+    let text = lyra_host::decode_text(bytes).map_err(|e| Exit::invalid_input(format!("{shown}: {e}")))?;
+    let file = ExportFile::parse(&text).map_err(|e| {
+        // `LINE:COL: …` when the JSON is at fault: file:line:col, as everywhere.
+        let sep = if e.starts_with(|c: char| c.is_ascii_digit()) {
+            ":"
+        } else {
+            ": "
+        };
+        Exit::invalid_input(format!("{shown}{sep}{e}"))
+    })?;
     let exports: Vec<DeploymentExport> = file
         .deployments
         .into_iter()
         .map(|d| d.into_export())
         .collect::<Result<_, _>>()
-        .map_err(|e| Exit::failure(format!("{}: {e}", a.file.display())))?;
+        .map_err(|e| Exit::invalid_input(format!("{shown}: {e}")))?;
     let store = open_state(a.state.state.as_deref()).await?;
-    let source = format!("imported from {}", a.file.display());
+    let cancel = Arc::new(AtomicBool::new(false));
+    signals::install(Arc::clone(&cancel), out);
+    let source = format!("imported from {shown}");
     let mut imported = Vec::new();
     for export in &exports {
-        write_deployment(&store, export, a.replace, &a.lock, &source).await?;
-        imported.push(export.state.name.clone());
+        // Between deployments, a Ctrl-C stops the import: each one is whole or not there.
+        if cancel.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(
+                Exit::interrupted("interrupted: the deployments listed were imported").with("imported", imported)
+            );
+        }
+        write_deployment(&store, export, a.replace, &a.lock, &source)
+            .await
+            .map_err(|e| e.with("imported", &imported))?;
+        imported.push(moved_json(export));
     }
-    if a.state.output == Output::Json {
+    if out == Output::Json {
         return json(&serde_json::json!({ "imported": imported }));
     }
-    print(&imported.iter().map(|d| format!("imported {d}\n")).collect::<String>())
+    print(
+        &exports
+            .iter()
+            .map(|d| format!("imported {}\n", d.state.name))
+            .collect::<String>(),
+    )
 }
 
 /// Writes one exported deployment into `store` under its lease, refusing to overwrite unless
@@ -392,9 +468,12 @@ async fn write_deployment(
     let held = locking::take(store, name, "import", lock, Arc::new(AtomicBool::new(false))).await?;
     let result = async {
         if !replace && store.load(name).await.map_err(state_error)?.is_some() {
-            return Err(Exit::failure(format!(
-                "deployment '{name}' already exists here; use --replace to overwrite it"
-            )));
+            return Err(Exit::new(
+                Exit::FAILURE,
+                kind::CONFLICT,
+                format!("deployment '{name}' already exists here; use --replace to overwrite it"),
+            )
+            .with("deployment", name));
         }
         store.import(export).await.map_err(state_error)?;
         record_edit(
@@ -413,32 +492,42 @@ async fn write_deployment(
     result
 }
 
-pub async fn migrate(a: &args::StateMigrateArgs) -> Result<(), Exit> {
+pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit> {
     if a.from == a.to {
         return Err(Exit::usage("--from and --to name the same state store"));
     }
-    let from = open_state(Some(&a.from)).await?;
+    // The source must exist (and is not created); the target is created if needed.
+    let from = open_existing(Some(&a.from)).await?;
+    let names = chosen(from.as_ref(), &a.deployments, Some(&a.from)).await?;
     let to = open_state(Some(&a.to)).await?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    signals::install(Arc::clone(&cancel), out);
     let source = format!("migrated from {}", redact_url(&a.from));
     let mut moved = Vec::new();
-    for name in chosen(from.as_ref(), &a.deployments).await? {
+    for name in names {
+        // Between deployments, a Ctrl-C stops the move: each one is moved whole or not at all.
+        if cancel.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Exit::interrupted("interrupted: the deployments listed were moved").with("moved", moved));
+        }
         // The source stays locked until the copy is checked and the original dropped, so no
         // run changes it half-way through the move.
-        let held = locking::take(&from, &name, "migrate", &a.lock, Arc::new(AtomicBool::new(false))).await?;
+        let held = locking::take(&from, &name, "migrate", &a.lock, Arc::new(AtomicBool::new(false)))
+            .await
+            .map_err(|e| e.with("moved", &moved))?;
         let result = migrate_one(&from, &to, &name, a, &source).await;
         if a.keep_source || result.is_err() {
             locking::release(&from, held).await;
         } else {
             // Dropping the deployment removed its lease too.
-            drop(held);
+            locking::forget(held);
         }
-        let count = result?;
-        if a.output == Output::Text {
+        let count = result.map_err(|e| e.with("moved", &moved))?;
+        if out == Output::Text {
             print(&format!("moved {name} ({count} resources)\n"))?;
         }
         moved.push(serde_json::json!({"deployment": name, "resources": count}));
     }
-    if a.output == Output::Json {
+    if out == Output::Json {
         return json(&serde_json::json!({ "moved": moved }));
     }
     Ok(())
@@ -451,10 +540,10 @@ async fn migrate_one(
     a: &args::StateMigrateArgs,
     source: &str,
 ) -> Result<usize, Exit> {
-    let export = export_one(from.as_ref(), name).await?;
+    let export = export_one(from.as_ref(), name, Some(&a.from)).await?;
     write_deployment(to, &export, a.replace, &a.lock, source).await?;
     // Check the copy before dropping the original: same resources, same history.
-    let copy = export_one(to.as_ref(), name).await?;
+    let copy = export_one(to.as_ref(), name, Some(&a.to)).await?;
     if copy.state.resources != export.state.resources || copy.history.len() < export.history.len() {
         return Err(Exit::failure(format!(
             "deployment '{name}': the copy in the target differs from the source; the source is left as it was"

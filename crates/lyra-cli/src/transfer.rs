@@ -40,10 +40,10 @@ pub struct ResourceFile {
     pub actual: Map,
     pub depends_on: Vec<String>,
     pub managed: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub pending: bool,
     /// Attributes whose values are secret.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub sensitive: Vec<String>,
 }
 
@@ -57,11 +57,23 @@ pub struct RunFile {
     pub finished_at_ms: Option<i64>,
     pub outcome: Option<String>,
     pub counts: ChangeCounts,
-    pub changes: Vec<ChangeRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Vec<ChangeFile>,
+    #[serde(default)]
     pub error: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub note: Option<String>,
+}
+
+/// A step a run changed, in the history. Files written before `step` was the one name for a
+/// step id say `step_id`; they still read.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeFile {
+    #[serde(alias = "step_id")]
+    pub step: String,
+    pub action: String,
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 impl ExportFile {
@@ -73,9 +85,15 @@ impl ExportFile {
         }
     }
 
-    /// Parses and checks a file; errors name what is wrong and where.
+    /// Parses and checks a file; errors name what is wrong and where (`LINE:COLUMN: ` first
+    /// when the JSON is at fault).
     pub fn parse(text: &str) -> Result<ExportFile, String> {
-        let file: ExportFile = serde_json::from_str(text).map_err(|e| format!("not a Lyra state export: {e}"))?;
+        let file: ExportFile = serde_json::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            let suffix = format!(" at line {} column {}", e.line(), e.column());
+            let message = message.strip_suffix(&suffix).unwrap_or(&message);
+            format!("{}:{}: not a Lyra state export: {message}", e.line(), e.column())
+        })?;
         if file.format != FORMAT {
             return Err(format!("not a Lyra state export (format is '{}')", file.format));
         }
@@ -127,7 +145,15 @@ impl DeploymentFile {
                     finished_at_ms: r.finished_at,
                     outcome: r.outcome.map(|o| o.as_str().to_owned()),
                     counts: r.counts.clone(),
-                    changes: r.changes.clone(),
+                    changes: r
+                        .changes
+                        .iter()
+                        .map(|c| ChangeFile {
+                            step: c.step_id.clone(),
+                            action: c.action.clone(),
+                            error: c.error.clone(),
+                        })
+                        .collect(),
                     error: r.error.clone(),
                     note: r.note.clone(),
                 })
@@ -160,7 +186,15 @@ impl DeploymentFile {
                     finished_at: r.finished_at_ms,
                     outcome,
                     counts: r.counts,
-                    changes: r.changes,
+                    changes: r
+                        .changes
+                        .into_iter()
+                        .map(|c| ChangeRecord {
+                            step_id: c.step,
+                            action: c.action,
+                            error: c.error,
+                        })
+                        .collect(),
                     error: r.error,
                     note: r.note,
                 })
@@ -205,6 +239,30 @@ mod tests {
             {"deployment":"a","workflow":null,"resources":[],"history":[]},
             {"deployment":"a","workflow":null,"resources":[],"history":[]}]}"#;
         assert!(ExportFile::parse(twice).unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn reads_files_that_say_step_id() {
+        let old = r#"{"format":"lyra-state","version":1,"deployments":[{"deployment":"a","workflow":null,
+            "resources":[],"history":[{"operation":"forget","workflow":null,"actor":"u@h",
+            "started_at_ms":1,"finished_at_ms":2,"outcome":"succeeded","counts":{"created":0,
+            "updated":0,"replaced":0,"deleted":0,"unchanged":0,"failed":0,"skipped":0},
+            "changes":[{"step_id":"vm","action":"forget"}]}]}]}"#;
+        let export = ExportFile::parse(old)
+            .unwrap()
+            .deployments
+            .remove(0)
+            .into_export()
+            .unwrap();
+        assert_eq!(export.history[0].changes[0].step_id, "vm");
+        let again = serde_json::to_value(ExportFile::new(&[export])).unwrap();
+        assert_eq!(again["deployments"][0]["history"][0]["changes"][0]["step"], "vm");
+    }
+
+    #[test]
+    fn json_errors_are_located() {
+        let e = ExportFile::parse("{\n  \"format\": 1\n}").unwrap_err();
+        assert!(e.starts_with("2:"), "{e}");
     }
 
     #[test]

@@ -241,10 +241,14 @@ impl<'a> Engine<'a> {
 
     async fn destroy(&self, mode: Mode, deployment: &str, actor: &str) -> Result<Report, EngineError> {
         let started = Instant::now();
-        let state: DeploymentState = self.store.load(deployment).await?.unwrap_or_default();
+        // Deleting what was never recorded has nothing to do, and must not record it: a
+        // history entry would create the deployment it deletes.
+        let recorded = self.store.load(deployment).await?;
+        let exists = recorded.is_some();
+        let state: DeploymentState = recorded.unwrap_or_default();
         let run_id = self
             .begin(
-                mode == Mode::Delete,
+                mode == Mode::Delete && exists,
                 Operation::Delete,
                 deployment,
                 &state.workflow,

@@ -337,6 +337,17 @@ fn plan_reports_update_replace_and_delete() {
 }
 
 #[test]
+fn deleting_an_unknown_deployment_records_nothing() {
+    let f = Fixture::new();
+    let r = f.delete();
+    assert_eq!((r.outcome, r.run, r.steps.len()), (Outcome::Succeeded, None, 0));
+    assert!(
+        f.store.deployments.lock().unwrap().is_empty(),
+        "the delete created the deployment it deleted"
+    );
+}
+
+#[test]
 fn deletion_runs_dependents_first() {
     let f = Fixture::new();
     f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);

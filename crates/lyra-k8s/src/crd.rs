@@ -222,6 +222,11 @@ fn conditions(generator: &mut SchemaGenerator) -> Schema {
     schema
 }
 
+/// The CRD as JSON, as `lyra crd -o json` prints it.
+pub fn crd_json() -> Value {
+    serde_json::to_value(Workflow::crd()).expect("a CRD serializes to JSON")
+}
+
 /// The CRD as YAML, as committed in `crds/workflow.yaml` and printed by `lyra crd`.
 pub fn crd_yaml() -> String {
     let crd = Workflow::crd();

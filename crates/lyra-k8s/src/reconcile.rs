@@ -624,8 +624,13 @@ impl Runtime {
         let (name, main) = match &job.workflow {
             Err(m) => return Err(("InvalidSpec", m.clone())),
             Ok(WorkflowRef::Named(n)) => match self.load_path.read(n) {
-                Some(main) => (n.clone(), main),
-                None => {
+                Ok(Some(main)) => (n.clone(), main),
+                // Exists but is unreadable or not UTF-8: say so, at the offending byte.
+                Err((path, e)) => {
+                    let d = e.diagnostics(&path, sources);
+                    return Err(("InvalidWorkflow", diagnostics_text(&d, sources)));
+                }
+                Ok(None) => {
                     return Err((
                         "WorkflowNotFound",
                         format!(

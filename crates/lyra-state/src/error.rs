@@ -29,6 +29,11 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A command that must not create a store found none: no SQLite file (or one holding no
+    /// Lyra state), no Postgres schema or tables. `location` is a path or a redacted URL.
+    #[error("no state at {location}")]
+    NoState { location: String },
+
     /// The database could not be opened.
     #[error("cannot open state database {}: {source}", path.display())]
     Open {
@@ -127,6 +132,7 @@ impl Error {
             | Error::Io { .. }
             | Error::Closed
             | Error::InvalidUrl { .. }
+            | Error::NoState { .. }
             | Error::PgConnect { .. }
             | Error::PgUnavailable { .. } => StoreErrorKind::Unavailable,
             Error::Open { source, .. } => match sqlx_kind(source) {

@@ -16,6 +16,7 @@
 //! [`lease`] keeps a deployment's lease for the length of a run: the state's single-writer
 //! rule for apply, delete and state edits, across processes and machines.
 
+mod empty;
 mod error;
 pub mod lease;
 mod postgres;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 
 use lyra_core::state::StateStore;
 
+pub use crate::empty::EmptyState;
 pub use crate::error::Error;
 pub use crate::postgres::{APPLICATION_NAME, PostgresOptions, PostgresStore, RETRY_FOR};
 pub use crate::sqlite::{SqliteOptions, SqliteStore, Synchronous};
@@ -56,5 +58,18 @@ pub async fn open(url: &str) -> Result<Arc<dyn StateStore>, Error> {
     match StoreUrl::parse(url)? {
         StoreUrl::Sqlite { path, options } => Ok(Arc::new(SqliteStore::open_with(&path, &options).await?)),
         StoreUrl::Postgres { .. } => Ok(Arc::new(PostgresStore::connect(url).await?)),
+    }
+}
+
+/// Opens the state store named by `url` (as [`open`] does) only if it exists: never creates a
+/// SQLite file or its directories, a Postgres schema or tables. Without a state there,
+/// [`Error::NoState`]. For commands that read, or that only change what is already recorded.
+/// An existing state written by an older Lyra is still brought up to date.
+pub async fn open_existing(url: &str) -> Result<Arc<dyn StateStore>, Error> {
+    match StoreUrl::parse(url)? {
+        StoreUrl::Sqlite { path, options } => Ok(Arc::new(SqliteStore::open_existing(&path, &options).await?)),
+        StoreUrl::Postgres { .. } => Ok(Arc::new(
+            PostgresStore::connect_existing(url, &PostgresOptions::default()).await?,
+        )),
     }
 }

@@ -114,6 +114,17 @@ impl PostgresStore {
 
     /// [`PostgresStore::connect`] with explicit options.
     pub async fn connect_with(url: &str, options: &PostgresOptions) -> Result<PostgresStore, Error> {
+        Self::open(url, options, true).await
+    }
+
+    /// Connects only if the database (the URL's schema, if it names one) holds a Lyra state:
+    /// creates no schema or table, otherwise [`Error::NoState`]. An existing state's schema is
+    /// brought up to date.
+    pub async fn connect_existing(url: &str, options: &PostgresOptions) -> Result<PostgresStore, Error> {
+        Self::open(url, options, false).await
+    }
+
+    async fn open(url: &str, options: &PostgresOptions, create: bool) -> Result<PostgresStore, Error> {
         let StoreUrl::Postgres { url: rest, schema } = StoreUrl::parse(url)? else {
             return Err(Error::InvalidUrl {
                 url: redact(url),
@@ -143,13 +154,24 @@ impl PostgresStore {
                 target: target.clone(),
                 source,
             })?;
+        let connect_error = |source| Error::PgConnect {
+            target: target.clone(),
+            source,
+        };
+        let no_state = || Error::NoState { location: redact(url) };
         if let Some(schema) = &schema {
-            create_schema(&mut conn, schema)
-                .await
-                .map_err(|source| Error::PgConnect {
-                    target: target.clone(),
-                    source,
-                })?;
+            if create {
+                create_schema(&mut conn, schema).await.map_err(connect_error)?;
+            } else {
+                let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                    .bind(schema)
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(connect_error)?;
+                if !exists {
+                    return Err(no_state());
+                }
+            }
             // `schema` is a checked plain identifier (see `url::is_schema_name`).
             sqlx::query(sqlx::AssertSqlSafe(format!("SET search_path TO {schema}")))
                 .execute(&mut conn)
@@ -161,6 +183,16 @@ impl PostgresStore {
             // Every pooled connection starts in the schema: a startup parameter, so no extra
             // round trip per connection.
             connect = connect.options([("search_path", schema.as_str())]);
+        }
+        if !create {
+            // The migrations table marks a Lyra state; without it there is none to read.
+            let migrated: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                .fetch_one(&mut conn)
+                .await
+                .map_err(connect_error)?;
+            if !migrated {
+                return Err(no_state());
+            }
         }
         // sqlx holds an advisory lock while migrating, so concurrent openers take turns.
         MIGRATOR.run(&mut conn).await.map_err(|source| Error::PgMigrate {

@@ -111,9 +111,21 @@ impl SqliteStore {
     /// [`SqliteStore::open`] with explicit options.
     pub async fn open_with(path: &Path, options: &SqliteOptions) -> Result<SqliteStore, Error> {
         prepare_location(path)?;
+        Self::connect(path, options, true).await
+    }
+
+    /// Opens the database at `path` only if it holds a Lyra state: creates no file or
+    /// directory, and does not turn an empty file or another program's database into a state.
+    /// Otherwise [`Error::NoState`]. An existing state's schema is brought up to date.
+    pub async fn open_existing(path: &Path, options: &SqliteOptions) -> Result<SqliteStore, Error> {
+        check_existing(path).await?;
+        Self::connect(path, options, false).await
+    }
+
+    async fn connect(path: &Path, options: &SqliteOptions, create: bool) -> Result<SqliteStore, Error> {
         let connect = SqliteConnectOptions::new()
             .filename(path)
-            .create_if_missing(true)
+            .create_if_missing(create)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(options.synchronous.to_sqlx())
             .busy_timeout(options.busy_timeout)
@@ -162,6 +174,45 @@ impl SqliteStore {
         self.reads.close().await;
         // The writer closes last, so its connection checkpoints the WAL into the database.
         self.writer.close().await
+    }
+}
+
+/// Whether `path` is a SQLite file holding a Lyra state, looked at without changing it: a
+/// read-only connection that sets no journal mode (switching to WAL would write).
+async fn check_existing(path: &Path) -> Result<(), Error> {
+    let no_state = || Error::NoState {
+        location: path.display().to_string(),
+    };
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_state()),
+        Err(source) => {
+            return Err(Error::Io {
+                path: path.to_owned(),
+                source,
+            });
+        }
+        Ok(m) if m.is_dir() => {
+            return Err(Error::Io {
+                path: path.to_owned(),
+                source: std::io::ErrorKind::IsADirectory.into(),
+            });
+        }
+        // SQLite reads an empty file as an empty database: no state in it yet.
+        Ok(m) if m.len() == 0 => return Err(no_state()),
+        Ok(_) => {}
+    }
+    let probe = SqliteConnectOptions::new().filename(path).read_only(true);
+    let mut conn = SqliteConnection::connect_with(&probe)
+        .await
+        .map_err(|e| open_error(path, e))?;
+    let migrated: Result<Option<String>, sqlx::Error> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
+            .fetch_optional(&mut conn)
+            .await;
+    let _ = conn.close().await;
+    match migrated.map_err(|e| open_error(path, e))? {
+        Some(_) => Ok(()),
+        None => Err(no_state()),
     }
 }
 

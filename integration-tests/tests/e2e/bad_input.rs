@@ -281,7 +281,7 @@ steps:
     let report = run.json();
     assert_eq!(report["workflow"], "multi");
     assert_eq!(report["valid"], false);
-    let errors = report["errors"].as_array().unwrap_or_else(|| panic!("{report:#}"));
+    let errors = report["diagnostics"].as_array().unwrap_or_else(|| panic!("{report:#}"));
     let found: Vec<(u64, u64)> = errors
         .iter()
         .map(|e| (e["line"].as_u64().unwrap_or(0), e["column"].as_u64().unwrap_or(0)))
@@ -302,7 +302,7 @@ steps:
     lyra.write_workflow("fine", "steps:\n  a:\n    resource: Null::Resource\n");
     assert_eq!(
         lyra.ok_json(&["validate", "fine"]),
-        serde_json::json!({"workflow": "fine", "valid": true, "errors": []})
+        serde_json::json!({"workflow": "fine", "valid": true, "diagnostics": []})
     );
 }
 
@@ -316,9 +316,9 @@ fn validate_reports_structural_and_semantic_errors_together() {
         "steps:\n  a:\n    resource: Nope::Thing\n    value:\n      input: 1\n  b:\n    resource: Null::Resource\n    colour: red\n    value:\n      input: 1\n",
     );
     let report = lyra.run(&["validate", "mixed", "-o", "json"]).json();
-    let messages: Vec<&str> = report["errors"]
+    let messages: Vec<&str> = report["diagnostics"]
         .as_array()
-        .expect("errors")
+        .expect("diagnostics")
         .iter()
         .filter_map(|e| e["message"].as_str())
         .collect();

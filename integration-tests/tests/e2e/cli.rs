@@ -113,7 +113,11 @@ fn json_output_is_clean_even_with_progress() {
 fn state_list_show_and_history() {
     let lyra = Lyra::new();
     lyra.write_workflow("pair", PAIR);
-    assert_eq!(lyra.ok_json(&["state", "list"]), serde_json::json!([]));
+    // Nothing applied yet: there is no state to list, and listing does not create one.
+    let none = lyra.run(&["state", "list", "-o", "json"]);
+    none.expect_code(1).expect_stderr(&["no state at .lyra/state.db"]);
+    assert_eq!(none.json()["error"]["kind"], "no_state", "{none}");
+    assert!(!lyra.path(".lyra").exists(), "state list created the state");
     lyra.ok(&["apply", "pair"]);
     lyra.write_workflow("pair", &PAIR.replace("input: 1", "input: 2"));
     lyra.ok(&["apply", "pair"]);
@@ -175,7 +179,12 @@ fn state_list_show_and_history() {
     assert_eq!(history[1]["counts"]["updated"], 2, "{history:#?}");
     assert_eq!(history[2]["counts"]["created"], 2);
     for r in &history {
-        assert!(r["started_at_ms"].as_i64() <= r["finished_at_ms"].as_i64(), "{r:#}");
+        // RFC 3339 UTC to the millisecond: ordered as strings.
+        let (started, finished) = (r["started_at"].as_str(), r["finished_at"].as_str());
+        assert!(
+            started.is_some_and(|s| s.ends_with('Z')) && started <= finished,
+            "{r:#}"
+        );
     }
     let text = lyra.ok(&["history", "pair"]).stdout;
     assert!(text.lines().count() == 4 && text.contains("delete"), "{text}");

@@ -43,7 +43,7 @@ fn sigkill_mid_apply_loses_nothing() {
     // 200 steps of 250ms, 20 at a time: about 2.5s. Killed after the first waves.
     // The state file exists before the poller and the apply open it at once (see
     // sharing::concurrent_first_use_of_a_state_file).
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     // A short lease, so the resumed apply need not wait long for the dead one's to lapse.
     let mut child = lyra.spawn(
         "apply",
@@ -128,7 +128,7 @@ fn sigint_cancels_records_and_converges() {
     lyra.write_workflow("int", &sleeps_workflow(N, "300ms"));
     // The state file exists before the poller and the apply open it at once (see
     // sharing::concurrent_first_use_of_a_state_file).
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut child = lyra.spawn("apply", &["apply", "int", "--concurrency", "10", "-o", "json"]);
     wait_for_progress(&lyra, &mut child, "int", 10);
     interrupt(&child);
@@ -161,7 +161,7 @@ fn sigint_stops_starting_queued_steps() {
     lyra.write_workflow("int", &sleeps_workflow(N, "300ms"));
     // The state file exists before the poller and the apply open it at once (see
     // sharing::concurrent_first_use_of_a_state_file).
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut child = lyra.spawn("apply", &["apply", "int", "--concurrency", "10", "-o", "json"]);
     wait_for_progress(&lyra, &mut child, "int", 10);
     interrupt(&child);

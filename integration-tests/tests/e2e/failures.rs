@@ -85,9 +85,7 @@ fn a_failing_branch_does_not_stop_an_independent_one() {
     assert_eq!(history[0]["outcome"], "failed", "{history:?}");
     let changes = history[0]["changes"].as_array().expect("changes");
     assert!(
-        changes
-            .iter()
-            .any(|c| c["step_id"] == "sleeper" && c["error"].is_string()),
+        changes.iter().any(|c| c["step"] == "sleeper" && c["error"].is_string()),
         "{history:?}"
     );
 
@@ -182,7 +180,7 @@ fn a_failed_step_reports_the_attempted_action() {
     let history = lyra.history("f");
     let change = history[0]["changes"]
         .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["step_id"] == "sleeper"));
+        .and_then(|cs| cs.iter().find(|c| c["step"] == "sleeper"));
     assert_eq!(
         change.map(|c| c["action"].clone()),
         Some("update".into()),

@@ -62,7 +62,11 @@ fn two_applies_exactly_one_runs(lyra: &Lyra) {
     );
     let refused = if sa.code() == Some(3) { "a" } else { "b" };
     let (out, err) = lyra.spawned_output(refused);
-    assert!(out.is_empty(), "a refused run prints no report: {out}");
+    // No report: the error document, naming the holder.
+    let refusal: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(refusal["error"]["kind"], "locked", "{refusal:#}");
+    assert_eq!(refusal["error"]["exit_code"], 3, "{refusal:#}");
+    assert_eq!(refusal["error"]["lease"]["operation"], "apply", "{refusal:#}");
     assert!(
         err.contains("deployment 'slow' is locked") && err.contains("is running apply since"),
         "{err}"
@@ -116,14 +120,14 @@ fn the_second_waits_with_a_lock_timeout(lyra: &Lyra) {
 fn sqlite_two_applies_exactly_one_runs() {
     let lyra = Lyra::new();
     // The state file exists before the two processes race to open it.
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     two_applies_exactly_one_runs(&lyra);
 }
 
 #[test]
 fn sqlite_the_second_waits_with_a_lock_timeout() {
     let lyra = Lyra::new();
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     the_second_waits_with_a_lock_timeout(&lyra);
 }
 
@@ -131,7 +135,7 @@ fn sqlite_the_second_waits_with_a_lock_timeout() {
 fn postgres_two_applies_exactly_one_runs() {
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     two_applies_exactly_one_runs(&lyra);
 }
 
@@ -139,7 +143,7 @@ fn postgres_two_applies_exactly_one_runs() {
 fn postgres_the_second_waits_with_a_lock_timeout() {
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     the_second_waits_with_a_lock_timeout(&lyra);
 }
 
@@ -147,7 +151,7 @@ fn postgres_the_second_waits_with_a_lock_timeout() {
 fn plan_needs_no_lease_and_the_lease_is_shown() {
     let lyra = Lyra::new();
     slow(&lyra);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut a = lyra.spawn("a", &["apply", "slow", "--concurrency", "2"]);
     let lease = wait_for_lease(&lyra, "slow");
     assert_eq!(lease["operation"], "apply");
@@ -175,16 +179,25 @@ fn kill_holder(lyra: &Lyra, args: &[&str]) {
 fn a_crashed_holders_lease_is_broken_with_unlock_force() {
     let lyra = Lyra::new();
     slow(&lyra);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     kill_holder(&lyra, &["apply", "slow", "--concurrency", "1"]);
 
     lyra.run(&["apply", "slow"])
         .expect_code(3)
         .expect_stderr(&["state unlock slow --force"]);
-    // Without --force, unlock only shows the holder.
-    lyra.run(&["state", "unlock", "slow"])
-        .expect_code(2)
-        .expect_stderr(&["is running apply since", "--force"]);
+    // Without --force, unlock only shows the holder, and succeeds.
+    let shown = lyra.ok(&["state", "unlock", "slow"]);
+    assert!(
+        shown.stdout.contains("is running apply since") && shown.stdout.contains("--force"),
+        "{shown}"
+    );
+    let lease = lyra.ok_json(&["state", "unlock", "slow"]);
+    assert_eq!(
+        (&lease["lease"]["operation"], &lease["broken"]),
+        (&"apply".into(), &false.into()),
+        "{lease:#}"
+    );
+    lyra.run(&["apply", "slow"]).expect_code(3);
     let unlocked = lyra.ok(&["state", "unlock", "slow", "--force"]);
     assert!(unlocked.stdout.contains("unlocked 'slow'"), "{unlocked}");
     let history = lyra.history("slow");
@@ -204,7 +217,7 @@ fn a_crashed_holders_lease_is_broken_with_unlock_force() {
 fn a_crashed_holders_lease_expires() {
     let lyra = Lyra::new();
     slow(&lyra);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     kill_holder(&lyra, &["apply", "slow", "--concurrency", "1", "--lease-ttl", "1s"]);
     // Refused while the lease lasts, admitted after it lapses: waiting covers both.
     let report = lyra.ok_json(&["apply", "slow", "--lock-timeout", "20s"]);
@@ -241,7 +254,7 @@ fn postgres_different_deployments_do_not_block_each_other() {
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
     slow(&lyra);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut children: Vec<_> = (0..3)
         .map(|i| lyra.spawn(&format!("d{i}"), &["apply", "slow", "--name", &format!("d{i}")]))
         .collect();

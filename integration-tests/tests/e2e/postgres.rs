@@ -193,7 +193,7 @@ fn connections_terminated_mid_run_lose_nothing() {
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
     lyra.write_workflow("fleet", &sleepy_fleet_workflow(N, "60ms"));
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut child = lyra.spawn("apply", &["apply", "fleet", "--concurrency", "4", "-o", "json"]);
     // Only this apply's connections: lyra names them after its process id.
     let terminate = format!(

@@ -27,7 +27,7 @@ fn different_deployments_apply_at_once() {
     let lyra = Lyra::new();
     lyra.write_workflow("par", &integration_tests::sleeps_workflow(10, "100ms"));
     // Create the state file first (a fresh one is the next test).
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut children: Vec<_> = (0..4)
         .map(|i| lyra.spawn(&format!("d{i}"), &["apply", "par", "--name", &format!("d{i}")]))
         .collect();
@@ -56,7 +56,7 @@ fn different_deployments_apply_at_once() {
 fn the_foobernetes_file_is_shared_safely_between_processes() {
     let lyra = Lyra::new();
     lyra.write_workflow("slow", SLOW_INSTANCE);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut children: Vec<_> = (0..4)
         .map(|i| lyra.spawn(&format!("d{i}"), &["apply", "slow", "--name", &format!("d{i}")]))
         .collect();
@@ -117,7 +117,7 @@ fn concurrent_first_use_of_a_state_file() {
 fn concurrent_applies_of_one_deployment_do_not_leak() {
     let lyra = Lyra::new();
     lyra.write_workflow("slow", SLOW_INSTANCE);
-    lyra.ok(&["state", "list"]);
+    lyra.init_state();
     let mut first = lyra.spawn("first", &["apply", "slow"]);
     // Start the second while the first is sleeping: once the first run is recorded.
     let started = wait_until(Duration::from_secs(20), || {

@@ -146,7 +146,7 @@ fn state_rm_forgets_without_deleting_and_is_kept_in_the_history() {
     );
     let history = lyra.history("web");
     assert_eq!(history[0]["operation"], "forget");
-    assert_eq!(history[0]["changes"][0]["step_id"], "vm");
+    assert_eq!(history[0]["changes"][0]["step"], "vm");
 
     // Foobernetes tracks idempotency keys: the next apply gets the same instance back.
     let report = lyra.ok_json(&["apply", "web"]);

@@ -211,10 +211,12 @@ pub(crate) fn load(path: &Path) -> Result<Deployment, ProviderError> {
         }
     };
     // An emptied file (`: > deployment.json`) is a reset cloud, not a corrupt one.
+    // A byte-order mark (an editor's) is not part of the JSON.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Deployment::default());
     }
-    serde_json::from_slice(&bytes).map_err(|e| {
+    serde_json::from_slice(bytes).map_err(|e| {
         ProviderError::Other(format!(
             "Foobernetes file {} is not a valid deployment file: {e}",
             path.display()
@@ -234,10 +236,12 @@ pub(crate) fn load_keys(path: &Path) -> Result<Keys, ProviderError> {
             )));
         }
     };
+    // A byte-order mark (an editor's) is not part of the JSON.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Keys::default());
     }
-    serde_json::from_slice(&bytes).map(Keys::from_map).map_err(|e| {
+    serde_json::from_slice(bytes).map(Keys::from_map).map_err(|e| {
         ProviderError::Other(format!(
             "Foobernetes key file {} is not a valid key file (a JSON object of key to id): {e}",
             path.display()

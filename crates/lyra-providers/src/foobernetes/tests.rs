@@ -726,3 +726,14 @@ async fn a_corrupt_key_file_is_an_error_naming_it() {
     std::fs::write(p.keys_file(), "\n").unwrap();
     assert!(matches!(p.lookup(&cx(INSTANCE)).await.unwrap(), Lookup::Absent));
 }
+
+#[test]
+fn files_with_a_byte_order_mark_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deployment.json");
+    std::fs::write(&path, b"\xEF\xBB\xBF{}\n").unwrap();
+    store::load(&path).expect("a cloud file saved with a BOM");
+    let keys = dir.path().join("deployment.json.lyra-keys");
+    std::fs::write(&keys, b"\xEF\xBB\xBF{\"d/s\": \"i-123456789\"}").unwrap();
+    assert_eq!(store::load_keys(&keys).unwrap().as_map().len(), 1);
+}

@@ -1,0 +1,74 @@
+//! [`EmptyState`]: what a command that only reads sees where no state exists yet.
+
+use async_trait::async_trait;
+use lyra_core::state::{
+    DeploymentExport, DeploymentState, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, ResourceRecord, RunEnd,
+    RunId, RunRecord, RunStart, StateStore, StoreError, StoreErrorKind,
+};
+
+/// A state with nothing recorded, which refuses every write. `lyra plan` on a store that does
+/// not exist yet plans against it: everything would be created, and nothing is created to
+/// find that out.
+#[derive(Debug, Clone)]
+pub struct EmptyState {
+    /// Where the state would be, for the refusal's message.
+    pub location: String,
+}
+
+impl EmptyState {
+    fn refuse(&self) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::Unavailable,
+            format!("no state at {}: this command does not create one", self.location),
+        )
+    }
+}
+
+#[async_trait]
+impl StateStore for EmptyState {
+    async fn load(&self, _: &str) -> Result<Option<DeploymentState>, StoreError> {
+        Ok(None)
+    }
+    async fn begin_run(&self, _: &RunStart) -> Result<RunId, StoreError> {
+        Err(self.refuse())
+    }
+    async fn put_resource(&self, _: &str, _: &ResourceRecord) -> Result<(), StoreError> {
+        Err(self.refuse())
+    }
+    async fn remove_resource(&self, _: &str, _: &str) -> Result<(), StoreError> {
+        Err(self.refuse())
+    }
+    async fn finish_run(&self, _: RunId, _: &RunEnd) -> Result<(), StoreError> {
+        Err(self.refuse())
+    }
+    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn history(&self, _: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn acquire_lease(&self, _: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
+        Err(self.refuse())
+    }
+    async fn renew_lease(&self, _: &Lease, _: i64) -> Result<Option<Lease>, StoreError> {
+        Err(self.refuse())
+    }
+    async fn release_lease(&self, _: &Lease) -> Result<(), StoreError> {
+        Err(self.refuse())
+    }
+    async fn lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
+        Ok(None)
+    }
+    async fn break_lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
+        Err(self.refuse())
+    }
+    async fn export(&self, _: &str) -> Result<Option<DeploymentExport>, StoreError> {
+        Ok(None)
+    }
+    async fn import(&self, _: &DeploymentExport) -> Result<(), StoreError> {
+        Err(self.refuse())
+    }
+    async fn drop_deployment(&self, _: &str) -> Result<bool, StoreError> {
+        Err(self.refuse())
+    }
+}
