@@ -128,7 +128,7 @@ pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> 
     let url = url.unwrap_or(DEFAULT_STATE);
     lyra_state::open(url)
         .await
-        .map_err(|e| Exit::failure(format!("state {}: {e}", output::redact_url(url))))
+        .map_err(|e| Exit::failure(format!("state {}: {e}", lyra_state::redact_url(url))))
 }
 
 /// Who runs this command, as recorded in leases and the history.

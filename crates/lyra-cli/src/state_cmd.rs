@@ -11,7 +11,7 @@ use lyra_providers::{ProvidersConfig, builtin};
 
 use crate::args::{self, Output};
 use crate::exit::Exit;
-use crate::output::{self, lease_text, redact_url, time_text};
+use crate::output::{self, lease_text, time_text};
 use crate::transfer::ExportFile;
 use crate::{actor, json, locking, open_state, print, warn};
 
@@ -419,7 +419,8 @@ pub async fn migrate(a: &args::StateMigrateArgs) -> Result<(), Exit> {
     }
     let from = open_state(Some(&a.from)).await?;
     let to = open_state(Some(&a.to)).await?;
-    let source = format!("migrated from {}", redact_url(&a.from));
+    // Never the URL as given: it may hold a password, and notes are exported and copied.
+    let source = format!("migrated from {}", lyra_state::redact_url(&a.from));
     let mut moved = Vec::new();
     for name in chosen(from.as_ref(), &a.deployments).await? {
         // The source stays locked until the copy is checked and the original dropped, so no

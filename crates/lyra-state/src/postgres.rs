@@ -48,7 +48,7 @@ use crate::rows::{
     DeploymentSummaryRow, LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms, resource_columns,
     run_columns, summaries,
 };
-use crate::url::{StoreUrl, redact};
+use crate::url::StoreUrl;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -115,15 +115,9 @@ impl PostgresStore {
     /// [`PostgresStore::connect`] with explicit options.
     pub async fn connect_with(url: &str, options: &PostgresOptions) -> Result<PostgresStore, Error> {
         let StoreUrl::Postgres { url: rest, schema } = StoreUrl::parse(url)? else {
-            return Err(Error::InvalidUrl {
-                url: redact(url),
-                reason: "expected postgres://… or postgresql://…".to_owned(),
-            });
+            return Err(Error::invalid_url(url, "expected postgres://… or postgresql://…"));
         };
-        let mut connect = PgConnectOptions::from_str(&rest).map_err(|e| Error::InvalidUrl {
-            url: redact(url),
-            reason: e.to_string(),
-        })?;
+        let mut connect = PgConnectOptions::from_str(&rest).map_err(|e| Error::invalid_url(url, &e.to_string()))?;
         if connect.get_application_name().is_none() {
             // The process id tells an operator (and the fault tests) whose connections they see.
             connect = connect.application_name(&format!("{APPLICATION_NAME}-{}", std::process::id()));
