@@ -420,7 +420,12 @@ pub async fn migrate(a: &args::StateMigrateArgs) -> Result<(), Exit> {
     let from = open_state(Some(&a.from)).await?;
     let to = open_state(Some(&a.to)).await?;
     // Never the URL as given: it may hold a password, and notes are exported and copied.
-    let source = format!("migrated from {}", lyra_state::redact_url(&a.from));
+    // Never the URL as given: it may hold a password, and notes are exported and copied.
+    let source = format!(
+        "migrated from {} (store {})",
+        lyra_state::redact_url(&a.from),
+        from.store_id()
+    );
     let mut moved = Vec::new();
     for name in chosen(from.as_ref(), &a.deployments).await? {
         // The source stays locked until the copy is checked and the original dropped, so no
