@@ -6,12 +6,14 @@
 //! of a known bug; run them with `cargo test -p integration-tests -- --ignored`.
 
 mod e2e {
+    mod adoption;
     mod bad_input;
     mod cli;
     mod compat;
     mod controller;
     #[cfg(unix)]
     mod crash;
+    mod credentials;
     mod failures;
     mod fuzz;
     mod guards;
@@ -20,6 +22,8 @@ mod e2e {
     mod kube_rs_controller;
     mod leases;
     mod lifecycle;
+    #[cfg(unix)]
+    mod load_path;
     mod parallel;
     mod postgres;
     mod sharing;
