@@ -1607,7 +1607,7 @@ impl<'e, 'a> Run<'e, 'a> {
                 return false;
             };
             let provider: &Arc<dyn Provider> = provider;
-            let key = rec.pending.then(|| pending_key(self.deployment, &rec));
+            let key = rec.pending.then(|| pending_key(self.deployment, rec));
             let cx = OpContext {
                 deployment: self.deployment,
                 step_id: &rec.step_id,

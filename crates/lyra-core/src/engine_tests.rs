@@ -624,7 +624,7 @@ fn a_pending_record_keeps_its_key_across_runs() {
         "d/a".to_owned(),
         Created {
             external_id: "legacy".into(),
-            actual: legacy.desired.clone(),
+            actual: legacy.desired,
         },
     );
     f.log();
