@@ -54,6 +54,7 @@ use crate::url::StoreUrl;
 ///   `schema=NAME` (lowercase letters, digits, `_`): the tables live in that schema, created
 ///   if missing, so several states can share one database. Other parameters are refused.
 ///   The password is best left out of the URL: sqlx reads `PGPASSWORD` and `~/.pgpass`.
+///   Postgres 13 or newer (the store's id comes from `gen_random_uuid()`).
 ///   Messages never show credentials (see [`redact_url`]).
 pub async fn open(url: &str) -> Result<Arc<dyn StateStore>, Error> {
     match StoreUrl::parse(url)? {

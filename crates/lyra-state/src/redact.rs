@@ -195,6 +195,15 @@ mod tests {
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
         assert_eq!(redact_url("postgres://:pw@h/db"), "postgres://:***@h/db");
+        assert_eq!(
+            redact_url("postgres://u:pw@[::1]:5432/db"),
+            "postgres://u:***@[::1]:5432/db"
+        );
+        // No host (a Unix socket in the query): unparsable, so everything doubtful goes.
+        assert_eq!(
+            redact_url("postgres://u:pw@/db?host=/run/postgresql"),
+            "postgres://***@/db?***"
+        );
     }
 
     #[test]
