@@ -419,6 +419,14 @@ pub async fn migrate(a: &args::StateMigrateArgs) -> Result<(), Exit> {
     }
     let from = open_state(Some(&a.from)).await?;
     let to = open_state(Some(&a.to)).await?;
+    // Two spellings of one store (`x.db` and `sqlite:./x.db`, URLs differing in a parameter):
+    // moving onto itself would end by dropping what it just copied.
+    if from.store_id() == to.store_id() {
+        return Err(Exit::usage(format!(
+            "--from and --to are the same state store (store {})",
+            from.store_id()
+        )));
+    }
     // Never the URL as given: it may hold a password, and notes are exported and copied.
     // Never the URL as given: it may hold a password, and notes are exported and copied.
     let source = format!(

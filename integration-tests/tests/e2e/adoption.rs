@@ -107,6 +107,26 @@ fn two_postgres_schemas_with_one_deployment_name_share_nothing() {
     stores_are_independent(&Lyra::new(), &["--state", &one.url], &["--state", &two.url]);
 }
 
+/// `state migrate` between two spellings of one store is refused (it would drop what it
+/// copied): stores are told apart by their ids, not their URLs.
+#[test]
+fn migrating_a_store_onto_itself_is_refused() {
+    let lyra = Lyra::new();
+    lyra.write_workflow("web", WEB);
+    lyra.ok(&["apply", "web"]);
+    let before = lyra.state("web");
+    for to in [
+        "sqlite:.lyra/state.db",
+        "./.lyra/state.db",
+        "sqlite://.lyra/state.db?synchronous=full",
+    ] {
+        lyra.run(&["state", "migrate", "--from", ".lyra/state.db", "--to", to, "--replace"])
+            .expect_code(2)
+            .expect_stderr(&["the same state store"]);
+    }
+    assert_eq!(lyra.state("web"), before);
+}
+
 /// What a crash between a create and its record leaves, made through a file a user could
 /// import: the deployment's `vm` turned back into a pending record with `key` (or none, as
 /// Lyra versions before keys were recorded wrote it).
