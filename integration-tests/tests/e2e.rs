@@ -6,12 +6,14 @@
 //! of a known bug; run them with `cargo test -p integration-tests -- --ignored`.
 
 mod e2e {
+    mod adoption;
     mod bad_input;
     mod cli;
     mod compat;
     mod controller;
     #[cfg(unix)]
     mod crash;
+    mod credentials;
     mod docs;
     mod encoding;
     mod failures;
@@ -23,6 +25,8 @@ mod e2e {
     mod kube_rs_controller;
     mod leases;
     mod lifecycle;
+    #[cfg(unix)]
+    mod load_path;
     mod parallel;
     mod postgres;
     mod sharing;

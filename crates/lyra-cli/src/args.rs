@@ -126,7 +126,7 @@ pub struct WorkflowArgs {
 pub struct StateArgs {
     /// Where state is kept: a SQLite file (path or sqlite://PATH) or a Postgres database
     /// (postgres://USER@HOST/DB, optionally ?schema=NAME). Default: ./.lyra/state.db.
-    #[arg(long, env = "LYRA_STATE", value_name = "URL")]
+    #[arg(long, env = "LYRA_STATE", hide_env_values = true, value_name = "URL")]
     pub state: Option<String>,
 }
 
@@ -145,7 +145,7 @@ pub struct RunArgs {
     pub name: Option<String>,
     /// Where state is kept: a SQLite file (path or sqlite://PATH) or a Postgres database
     /// (postgres://USER@HOST/DB, optionally ?schema=NAME). Default: ./.lyra/state.db.
-    #[arg(long, env = "LYRA_STATE", value_name = "URL")]
+    #[arg(long, env = "LYRA_STATE", hide_env_values = true, value_name = "URL")]
     pub state: Option<String>,
     #[command(flatten)]
     pub exec: ExecArgs,
@@ -258,7 +258,7 @@ pub struct StateExportArgs {
     #[arg(short, long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// Where state is kept (see `lyra state list --help`).
-    #[arg(long, env = "LYRA_STATE", value_name = "URL")]
+    #[arg(long, env = "LYRA_STATE", hide_env_values = true, value_name = "URL")]
     pub state: Option<String>,
 }
 

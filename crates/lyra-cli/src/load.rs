@@ -7,7 +7,7 @@ use lyra_core::program::Program;
 use lyra_core::schema::SchemaRegistry;
 use lyra_core::value::{Map, set_dotted};
 use lyra_core::yaml::workflow_name;
-use lyra_host::{DataError, LoadPath, ReadError};
+use lyra_host::{DataError, LoadPath, LookupError, ReadError};
 
 use crate::exit::Exit;
 
@@ -17,11 +17,6 @@ pub struct Located {
     pub path: PathBuf,
     /// Where called workflows are looked up.
     pub load_path: PathBuf,
-}
-
-/// `a::b` → `<dir>/a/b.yaml` (or `.yml`).
-fn on_load_path(dir: &Path, name: &str) -> Option<PathBuf> {
-    LoadPath::new(dir).find(name)
 }
 
 pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit> {
@@ -41,22 +36,28 @@ pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit>
         };
         return Ok(Located { name, path, load_path });
     }
-    match on_load_path(&load_path, workflow) {
-        Some(path) => Ok(Located {
+    // Not a file: a name, which must stay inside the load path. The user named no file
+    // outside it, so none is read (its contents could end up in a message).
+    match LoadPath::new(&load_path).find(workflow) {
+        Ok(path) => Ok(Located {
             name: workflow.to_owned(),
             path,
             load_path,
         }),
-        None => Err(Exit::usage(format!(
-            "workflow '{workflow}' not found: no file '{workflow}' and no {}/{}.yaml{}",
-            load_path.display(),
-            workflow.replace("::", "/"),
-            if load_path.is_dir() {
-                String::new()
+        Err(e @ LookupError::NotFound { .. }) => {
+            let hint = if load_path.is_dir() {
+                ""
             } else {
-                format!(" ({} does not exist; use --workflows DIR)", load_path.display())
-            }
+                "; use --workflows DIR"
+            };
+            Err(Exit::usage(format!(
+                "workflow '{workflow}' not found: no file '{workflow}' and {e}{hint}"
+            )))
+        }
+        Err(e @ LookupError::InvalidName { .. }) => Err(Exit::usage(format!(
+            "workflow '{workflow}' not found: there is no file '{workflow}', and {e}"
         ))),
+        Err(e) => Err(Exit::usage(format!("workflow '{workflow}': {e}"))),
     }
 }
 

@@ -187,7 +187,7 @@ fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
 
 /// The state URL as given (or the default), fit for messages: without a password.
 pub fn state_label(url: Option<&str>) -> String {
-    output::redact_url(url.unwrap_or(DEFAULT_STATE))
+    lyra_state::redact_url(url.unwrap_or(DEFAULT_STATE))
 }
 
 /// Opens the state, creating it if needed: for commands that record something new (`apply`,

@@ -465,22 +465,6 @@ pub fn masked_returns(r: &Report) -> Map {
         .collect()
 }
 
-/// A state URL fit for messages: without a password.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            let hidden = if userinfo.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{host}{tail}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 /// A borderless table: the header, then one row per item.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = comfy_table::Table::new();
@@ -500,16 +484,6 @@ mod tests {
     fn formats_times() {
         assert_eq!(time_text(1_796_083_200_000), "2026-12-01T00:00:00Z");
         assert_eq!(instant(1_796_083_200_123), "2026-12-01T00:00:00.123Z");
-    }
-
-    #[test]
-    fn urls_lose_their_passwords() {
-        assert_eq!(
-            redact_url("postgres://lyra:s3cret@db:5432/state?schema=x"),
-            "postgres://lyra:***@db:5432/state?schema=x"
-        );
-        assert_eq!(redact_url("postgres://lyra@db/state"), "postgres://lyra@db/state");
-        assert_eq!(redact_url(".lyra/state.db"), ".lyra/state.db");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use lyra_providers::{ProvidersConfig, builtin};
 
 use crate::args::{self, Output};
 use crate::exit::{Exit, kind};
-use crate::output::{self, lease_text, redact_url, time_text};
+use crate::output::{self, lease_text, time_text};
 use crate::transfer::ExportFile;
 use crate::{actor, json, locking, open_existing, open_state, print, signals, unknown_deployment, warn};
 
@@ -502,7 +502,20 @@ pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit
     let to = open_state(Some(&a.to)).await?;
     let cancel = Arc::new(AtomicBool::new(false));
     signals::install(Arc::clone(&cancel), out);
-    let source = format!("migrated from {}", redact_url(&a.from));
+    // Two spellings of one store (`x.db` and `sqlite:./x.db`, URLs differing in a parameter):
+    // moving onto itself would end by dropping what it just copied.
+    if from.store_id() == to.store_id() {
+        return Err(Exit::usage(format!(
+            "--from and --to are the same state store (store {})",
+            from.store_id()
+        )));
+    }
+    // Never the URL as given: it may hold a password, and notes are exported and copied.
+    let source = format!(
+        "migrated from {} (store {})",
+        lyra_state::redact_url(&a.from),
+        from.store_id()
+    );
     let mut moved = Vec::new();
     for name in names {
         // Between deployments, a Ctrl-C stops the move: each one is moved whole or not at all.

@@ -45,6 +45,11 @@ pub struct ResourceFile {
     /// Attributes whose values are secret.
     #[serde(default)]
     pub sensitive: Vec<String>,
+    /// A pending record's idempotency key: it moves with the record, so the target store can
+    /// still find what the interrupted create made. (Files from before have none: the old
+    /// key is assumed.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_key: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -132,6 +137,7 @@ impl DeploymentFile {
                     managed: r.managed,
                     pending: r.pending,
                     sensitive: r.sensitive.clone(),
+                    create_key: r.create_key.clone(),
                 })
                 .collect(),
             history: e
@@ -213,6 +219,7 @@ impl DeploymentFile {
                 managed: r.managed,
                 pending: r.pending,
                 sensitive: r.sensitive,
+                create_key: r.create_key,
             })
             .collect();
         Ok(DeploymentExport {
@@ -271,7 +278,13 @@ mod tests {
             state: DeploymentState {
                 name: "d".into(),
                 workflow: Some("w".into()),
-                resources: vec![ResourceRecord::intent("s", "Null::Resource", Map::new(), vec![])],
+                resources: vec![ResourceRecord::intent(
+                    "s",
+                    "Null::Resource",
+                    Map::new(),
+                    vec![],
+                    "store/1/d/s".into(),
+                )],
             },
             history: vec![],
         };

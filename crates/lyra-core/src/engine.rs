@@ -19,7 +19,7 @@ use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::expr::{Expr, ResolveError, Var};
 use crate::model::{Over, Param, ParamSource, Return, ReturnSource, Step, StepKind};
 use crate::program::Program;
-use crate::provider::{Lookup, OpContext, Provider, ProviderError, Providers};
+use crate::provider::{Lookup, OpContext, Provider, ProviderError, Providers, idempotency_key, legacy_idempotency_key};
 use crate::report::{Action, AttrChange, Mode, Report, Status, StepReport};
 use crate::schema::ResourceSchema;
 use crate::state::{
@@ -120,6 +120,9 @@ struct Run<'e, 'a> {
     deployment: &'e str,
     data: &'e Map,
     prior: HashMap<String, ResourceRecord>,
+    /// The run in the history (`None` in plan mode): new creates' idempotency keys are scoped
+    /// to it.
+    run_id: Option<RunId>,
     sem: async_lock::Semaphore,
     reports: Mutex<Vec<StepReport>>,
     claims: Mutex<Claims>,
@@ -173,7 +176,7 @@ impl<'a> Engine<'a> {
         let run_id = self
             .begin(mode == Mode::Apply, Operation::Apply, deployment, &workflow, actor)
             .await?;
-        let run = Run::new(self, mode, program, deployment, data, prior);
+        let run = Run::new(self, mode, program, deployment, data, prior, run_id);
         // A top-level workflow's children are named directly under the deployment; a
         // top-level resource is named after the workflow.
         let root_id = match root.kind {
@@ -260,7 +263,7 @@ impl<'a> Engine<'a> {
             workflows: HashMap::new(),
         };
         let empty = Map::new();
-        let run = Run::new(self, mode, &program, deployment, &empty, HashMap::new());
+        let run = Run::new(self, mode, &program, deployment, &empty, HashMap::new(), run_id);
         let ok = run.delete_all(state.resources).await;
         run.conclude(run_id, started, state.workflow, Map::new(), !ok, false)
             .await
@@ -507,6 +510,7 @@ impl<'e, 'a> Run<'e, 'a> {
         deployment: &'e str,
         data: &'e Map,
         prior: HashMap<String, ResourceRecord>,
+        run_id: Option<RunId>,
     ) -> Self {
         Run {
             engine,
@@ -515,6 +519,7 @@ impl<'e, 'a> Run<'e, 'a> {
             deployment,
             data,
             prior,
+            run_id,
             sem: async_lock::Semaphore::new(engine.concurrency.max(1)),
             reports: Mutex::new(Vec::new()),
             claims: Mutex::new(Claims::default()),
@@ -1200,12 +1205,22 @@ impl<'e, 'a> Run<'e, 'a> {
             return self.skip_step(step, &id, "the run was cancelled");
         }
         self.engine.observer.step_started(&id, type_name);
+        let prior = self.prior.get(&id);
+        // The key of this step's create: a pending record's own (its create may have
+        // happened), else a new one of this run's, so nothing made for a forgotten record is
+        // ever adopted. `None` only in plan mode, which creates nothing.
+        let create_key = match prior {
+            Some(rec) if rec.pending => Some(pending_key(self.deployment, rec)),
+            _ => self
+                .run_id
+                .map(|run| idempotency_key(self.engine.store.store_id(), run, self.deployment, &id)),
+        };
         let cx = OpContext {
             deployment: self.deployment,
             step_id: &id,
             type_name: &schema.name,
+            idempotency_key: create_key.as_deref(),
         };
-        let prior = self.prior.get(&id);
         let depends_on: Vec<String> = origins.into_iter().filter(|o| *o != id).collect();
         let err = |e: ProviderError| format!("{}: {type_name}: {e}", self.loc(step.span));
 
@@ -1238,6 +1253,7 @@ impl<'e, 'a> Run<'e, 'a> {
                     managed: false,
                     pending: false,
                     sensitive: secret.iter().cloned().collect(),
+                    create_key: None,
                 };
                 if prior != Some(&rec)
                     && let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await
@@ -1297,7 +1313,13 @@ impl<'e, 'a> Run<'e, 'a> {
         // The intent is recorded before `create` so that a crash before the result is recorded
         // leaves a trace (see `Lookup`). For a replace it follows the delete: until then the
         // record keeps the old resource's id.
-        let intent = ResourceRecord::intent(&id, &schema.name, desired.clone(), depends_on.clone());
+        let intent = ResourceRecord::intent(
+            &id,
+            &schema.name,
+            desired.clone(),
+            depends_on.clone(),
+            create_key.clone().unwrap_or_default(),
+        );
         let intent_recorded = AtomicBool::new(false);
         let record_intent = || async {
             self.engine
@@ -1363,6 +1385,7 @@ impl<'e, 'a> Run<'e, 'a> {
             sensitive: secret_attributes(schema, &tainted, &desired, &actual)
                 .into_iter()
                 .collect(),
+            create_key: None,
         };
         // No-ops write only when the recorded state is stale (drift, new dependencies).
         if (action != Action::Noop || prior != Some(&rec))
@@ -1588,10 +1611,12 @@ impl<'e, 'a> Run<'e, 'a> {
                 return false;
             };
             let provider: &Arc<dyn Provider> = provider;
+            let key = rec.pending.then(|| pending_key(self.deployment, rec));
             let cx = OpContext {
                 deployment: self.deployment,
                 step_id: &rec.step_id,
                 type_name: &rec.type_name,
+                idempotency_key: key.as_deref(),
             };
             // A pending record has no id: ask the provider what, if anything, was made.
             let target = if rec.pending {
@@ -1656,6 +1681,14 @@ fn secret_attributes(
 }
 
 /// Why a step stops at a record whose `create` may or may not have happened.
+/// The key a pending record's create was asked with: its own, or for records written before
+/// keys were recorded, the key those versions used.
+fn pending_key(deployment: &str, rec: &ResourceRecord) -> String {
+    rec.create_key
+        .clone()
+        .unwrap_or_else(|| legacy_idempotency_key(deployment, &rec.step_id))
+}
+
 fn unrecorded_message(deployment: &str, step_id: &str, type_name: &str) -> String {
     format!(
         "'{step_id}' was possibly created, unrecorded: an earlier run stopped between creating this \

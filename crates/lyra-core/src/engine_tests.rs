@@ -19,13 +19,33 @@ use crate::state::{
 };
 use crate::types::Type;
 
-#[derive(Default)]
 struct MemStore {
+    id: String,
     deployments: Mutex<HashMap<String, DeploymentState>>,
+    runs: Mutex<RunId>,
+}
+
+impl Default for MemStore {
+    fn default() -> Self {
+        MemStore::with_id("store-1")
+    }
+}
+
+impl MemStore {
+    fn with_id(id: &str) -> Self {
+        MemStore {
+            id: id.to_owned(),
+            deployments: Mutex::default(),
+            runs: Mutex::new(0),
+        }
+    }
 }
 
 #[async_trait]
 impl StateStore for MemStore {
+    fn store_id(&self) -> &str {
+        &self.id
+    }
     async fn load(&self, d: &str) -> Result<Option<DeploymentState>, StoreError> {
         Ok(self.deployments.lock().unwrap().get(d).cloned())
     }
@@ -35,7 +55,9 @@ impl StateStore for MemStore {
             name: run.deployment.clone(),
             ..Default::default()
         });
-        Ok(1)
+        let mut runs = self.runs.lock().unwrap();
+        *runs += 1;
+        Ok(*runs)
     }
     async fn put_resource(&self, d: &str, rec: &ResourceRecord) -> Result<(), StoreError> {
         let mut m = self.deployments.lock().unwrap();
@@ -102,6 +124,14 @@ struct Scripted {
     /// When set, creates are tracked by idempotency key and `lookup` answers from them.
     idempotent: AtomicBool,
     made: Mutex<HashMap<String, Created>>,
+    /// The key of each step's last create.
+    keys: Mutex<HashMap<String, String>>,
+}
+
+impl Scripted {
+    fn key_of(&self, step_id: &str) -> String {
+        self.keys.lock().unwrap()[step_id].clone()
+    }
 }
 
 #[async_trait]
@@ -118,6 +148,13 @@ impl Provider for Scripted {
     }
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
         self.log.lock().unwrap().push(format!("create {}", cx.step_id));
+        let key = cx.idempotency_key.expect("create has a key").to_owned();
+        self.keys.lock().unwrap().insert(cx.step_id.to_owned(), key.clone());
+        if self.idempotent.load(Ordering::SeqCst)
+            && let Some(made) = self.made.lock().unwrap().get(&key)
+        {
+            return Ok(made.clone());
+        }
         if desired.get("input") == Some(&json!("boom")) {
             return Err(ProviderError::Other("boom".into()));
         }
@@ -131,7 +168,7 @@ impl Provider for Scripted {
             actual,
         };
         if self.idempotent.load(Ordering::SeqCst) {
-            self.made.lock().unwrap().insert(cx.idempotency_key(), created.clone());
+            self.made.lock().unwrap().insert(key, created.clone());
         }
         Ok(created)
     }
@@ -140,7 +177,8 @@ impl Provider for Scripted {
         if !self.idempotent.load(Ordering::SeqCst) {
             return Ok(Lookup::Unsupported);
         }
-        Ok(match self.made.lock().unwrap().get(&cx.idempotency_key()) {
+        let key = cx.idempotency_key.expect("lookup has a key");
+        Ok(match self.made.lock().unwrap().get(key) {
             Some(c) => Lookup::Found(c.clone()),
             None => Lookup::Absent,
         })
@@ -255,6 +293,7 @@ impl Fixture {
             &rec.type_name,
             rec.desired.clone(),
             rec.depends_on.clone(),
+            self.provider.key_of(step_id),
         );
     }
 
@@ -511,11 +550,98 @@ fn a_pending_record_is_resolved_by_the_providers_key_lookup() {
 
     // The run died before the provider made anything: create it.
     f.crash_after_create("c");
-    f.provider.made.lock().unwrap().remove("d/c");
+    let key = f.provider.key_of("c");
+    f.provider.made.lock().unwrap().remove(&key);
     let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
     assert_eq!(step(&r, "c").action, Action::Create);
     assert_eq!(f.log(), ["lookup c", "create c"]);
     assert!(!f.record("c").pending);
+}
+
+/// `lyra state rm`, `deletionPolicy: Orphan`: a forgotten resource's key goes with its record,
+/// so the next create makes a new resource instead of adopting the one the user chose to keep.
+#[test]
+fn a_forgotten_resource_is_never_adopted() {
+    let f = Fixture::new();
+    f.provider.idempotent.store(true, Ordering::SeqCst);
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    let (old, old_key) = (f.record("c"), f.provider.key_of("c"));
+    assert!(old_key.starts_with("store-1/1/d/c"), "{old_key}");
+    assert_eq!(old.create_key, None, "a recorded resource keeps no key");
+    f.store
+        .deployments
+        .lock()
+        .unwrap()
+        .get_mut("d")
+        .unwrap()
+        .resources
+        .retain(|r| r.step_id != "c");
+    f.log();
+
+    let r = f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(step(&r, "c").action, Action::Create);
+    assert_eq!(f.log(), ["create c"], "created, not looked up");
+    assert_ne!(f.record("c").external_id, old.external_id, "a new resource");
+    assert_eq!(f.provider.key_of("c"), "store-1/2/d/c");
+}
+
+/// Two stores with the same deployment name, one provider: neither adopts the other's
+/// resources.
+#[test]
+fn stores_never_share_create_keys() {
+    let one = Fixture::new();
+    one.provider.idempotent.store(true, Ordering::SeqCst);
+    one.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    let two = Fixture {
+        providers: one.providers.clone(),
+        store: MemStore::with_id("store-2"),
+        cancel: AtomicBool::new(false),
+        provider: Arc::clone(&one.provider),
+    };
+    let first = one.record("a").external_id;
+    two.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_ne!(two.record("a").external_id, first);
+    assert_eq!(two.provider.made.lock().unwrap().len(), 6, "three resources per store");
+}
+
+/// A pending record keeps its key until it is resolved: the lookup and the retried create
+/// use it, whatever run they are in.
+#[test]
+fn a_pending_record_keeps_its_key_across_runs() {
+    let f = Fixture::new();
+    f.provider.idempotent.store(true, Ordering::SeqCst);
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    let key = f.provider.key_of("c");
+    f.crash_after_create("c");
+    assert_eq!(f.record("c").create_key.as_deref(), Some(key.as_str()));
+    f.provider.made.lock().unwrap().remove(&key);
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(f.provider.key_of("c"), key, "the retried create is the same create");
+    // Records written before keys were recorded carry none: the old key is asked.
+    f.crash_after_create("a");
+    let legacy = {
+        let mut m = f.store.deployments.lock().unwrap();
+        let rec = m
+            .get_mut("d")
+            .unwrap()
+            .resources
+            .iter_mut()
+            .find(|r| r.step_id == "a")
+            .unwrap();
+        rec.create_key = None;
+        rec.clone()
+    };
+    f.provider.made.lock().unwrap().insert(
+        "d/a".to_owned(),
+        Created {
+            external_id: "legacy".into(),
+            actual: legacy.desired,
+        },
+    );
+    f.log();
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    assert_eq!(f.log()[0], "lookup a");
+    assert_eq!(f.record("a").external_id, "legacy", "adopted through the old key");
 }
 
 #[test]

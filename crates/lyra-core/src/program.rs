@@ -28,6 +28,30 @@ impl<F: FnMut(&str) -> Option<(String, String)>> WorkflowSource for F {
     }
 }
 
+/// Whether `name` can name a workflow to look up: `::`-separated segments of ASCII letters,
+/// digits, `_` and `-` (`web`, `foober_iter`, `team::web-v2`). A load path turns names into
+/// paths (`a::b` is `a/b.yaml`), so anything that could leave it (`..`, `/`, `\`, an absolute
+/// path, an empty segment) is refused here, before any file is looked at. `Err` says why.
+pub fn check_workflow_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".to_owned());
+    }
+    for segment in name.split("::") {
+        if segment.is_empty() {
+            return Err("a segment is empty (names look like a::b)".to_owned());
+        }
+        if let Some(c) = segment
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
+        {
+            return Err(format!(
+                "{c:?} is not allowed (names are letters, digits, '_' and '-', in segments joined by '::')"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Parses `main` (already read: display path and text) and every workflow it calls
 /// (through `source`), then validates them all. All problems are reported at once.
 pub fn load(
@@ -45,7 +69,9 @@ pub fn load(
         if !tried.insert(name.clone()) {
             continue;
         }
-        let Some((path, text)) = text.or_else(|| source.fetch(&name)) else {
+        // A call target that is not a name is never looked up: validation reports it.
+        let text = text.or_else(|| check_workflow_name(&name).ok().and_then(|()| source.fetch(&name)));
+        let Some((path, text)) = text else {
             // Reported where it is called, by validation.
             continue;
         };
@@ -127,5 +153,69 @@ fn check_recursion(parsed: &HashMap<String, Workflow>, diags: &mut Diagnostics) 
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call target that is not a name is reported where it is called and never handed to
+    /// the source (which could turn it into a path outside the load path).
+    #[test]
+    fn call_targets_that_are_not_names_are_never_fetched() {
+        let main = "steps:\n  a:\n    call: ../../etc/x\n  b:\n    call: ok\n";
+        let mut asked = Vec::new();
+        let mut source = |name: &str| {
+            asked.push(name.to_owned());
+            (name == "ok").then(|| ("ok.yaml".to_owned(), "steps: {}\n".to_owned()))
+        };
+        let mut sources = Sources::default();
+        let err = load(
+            "main",
+            ("main.yaml".into(), main.into()),
+            &mut source,
+            &mut sources,
+            &SchemaRegistry::default(),
+        )
+        .unwrap_err();
+        assert_eq!(asked, ["ok"]);
+        let messages: Vec<&str> = err.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "step 'a' calls '../../etc/x', which is not a workflow name: '.' is not allowed \
+              (names are letters, digits, '_' and '-', in segments joined by '::')"
+            ]
+        );
+        assert_eq!(sources.location(err.0[0].span), "main.yaml:3:11");
+    }
+
+    #[test]
+    fn workflow_names_are_segments_that_cannot_leave_the_load_path() {
+        for ok in ["web", "foober_iter", "team::web-v2", "A::b::C9"] {
+            assert_eq!(check_workflow_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "..",
+            "../x",
+            "a::..::b",
+            "/etc/passwd",
+            "a/b",
+            "a\\b",
+            "a::",
+            "::a",
+            "a::::b",
+            "a:b",
+            "a:::b",
+            "a.b",
+            "a b",
+            "~",
+            "é",
+        ] {
+            assert!(check_workflow_name(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(check_workflow_name("a::..").unwrap_err().contains("'.'"));
     }
 }

@@ -18,14 +18,28 @@ pub struct OpContext<'a> {
     pub step_id: &'a str,
     /// The canonical resource type name from the schema, e.g. `Foobernetes::Instance`.
     pub type_name: &'a str,
+    /// For `create` and `lookup`: the same for every attempt to create this one resource, and
+    /// for nothing else (see [`idempotency_key`]). Providers that can, use it to return an
+    /// already-made resource instead of making a second one. `None` for other operations.
+    pub idempotency_key: Option<&'a str>,
 }
 
-impl OpContext<'_> {
-    /// A key that is the same for every attempt to create this resource: providers that can,
-    /// use it to return an already-made resource instead of making a second one.
-    pub fn idempotency_key(&self) -> String {
-        format!("{}/{}", self.deployment, self.step_id)
-    }
+/// The idempotency key of a create the engine asks for in run `run` of store `store_id`:
+/// `<store id>/<run id>/<deployment>/<step id>`.
+///
+/// The engine records it with the pending intent before calling `create`, and asks `lookup`
+/// with it only for that pending record. So a key never outlives its record: a resource that
+/// was forgotten (`lyra state rm`, `deletionPolicy: Orphan`) is never adopted by a later
+/// create, which gets a new run's key, and two stores (distinct random ids) never share one,
+/// even for the same deployment name. Run ids are never reused within a store.
+pub fn idempotency_key(store_id: &str, run: i64, deployment: &str, step_id: &str) -> String {
+    format!("{store_id}/{run}/{deployment}/{step_id}")
+}
+
+/// The key Lyra used before keys were scoped to stores and records: for pending records
+/// written by those versions, which carry no key of their own.
+pub fn legacy_idempotency_key(deployment: &str, step_id: &str) -> String {
+    format!("{deployment}/{step_id}")
 }
 
 /// What `create` returns.

@@ -34,11 +34,15 @@ pub struct ResourceRecord {
     /// Attributes whose values are secret (typed `Sensitive`, marked so by the provider, or
     /// derived from a `Sensitive` parameter): shown as `(sensitive)`, never printed.
     pub sensitive: Vec<String>,
+    /// The idempotency key `create` is asked with, while the record is pending (see
+    /// [`crate::provider::idempotency_key`]); `None` once the result is recorded.
+    pub create_key: Option<String>,
 }
 
 impl ResourceRecord {
-    /// The record written just before `create`: the intent, with no result yet.
-    pub fn intent(step_id: &str, type_name: &str, desired: Map, depends_on: Vec<String>) -> Self {
+    /// The record written just before `create`: the intent, with no result yet, and the key
+    /// the create is asked with.
+    pub fn intent(step_id: &str, type_name: &str, desired: Map, depends_on: Vec<String>, create_key: String) -> Self {
         ResourceRecord {
             step_id: step_id.to_owned(),
             type_name: type_name.to_owned(),
@@ -49,6 +53,7 @@ impl ResourceRecord {
             managed: true,
             pending: true,
             sensitive: Vec::new(),
+            create_key: Some(create_key),
         }
     }
 }
@@ -302,6 +307,10 @@ impl StoreError {
 /// Implementations may batch concurrent writes into one commit.
 #[async_trait]
 pub trait StateStore: Send + Sync {
+    /// The store's identity: random, made with the store, never changed. Idempotency keys
+    /// begin with it (see [`crate::provider::idempotency_key`]); it is not exported.
+    fn store_id(&self) -> &str;
+
     /// The recorded state of a deployment, `None` if it was never applied.
     async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError>;
 

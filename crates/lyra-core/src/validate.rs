@@ -234,6 +234,13 @@ impl Cx<'_> {
                     e.refs().iter().for_each(|r| add(&mut inputs, &r.name, r.span));
                 }
                 match self.calls.get(target.as_str()) {
+                    // Never looked up: it could name a file outside the load path.
+                    None if let Err(why) = crate::program::check_workflow_name(target) => {
+                        self.diags.error(
+                            *target_span,
+                            format!("step '{step_name}' calls '{target}', which is not a workflow name: {why}"),
+                        );
+                    }
                     None => {
                         let mut known: Vec<&str> = self.calls.keys().map(String::as_str).collect();
                         known.sort_unstable();

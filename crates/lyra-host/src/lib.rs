@@ -5,16 +5,75 @@
 use std::path::{Path, PathBuf};
 
 use lyra_core::diag::{Diagnostic, Diagnostics, Sources, Span};
+pub use lyra_core::program::check_workflow_name;
 use lyra_core::program::{self, Program, WorkflowSource};
 use lyra_core::schema::SchemaRegistry;
 use lyra_core::value::{Map, Value};
 use lyra_core::yaml::{parse_data, parse_value};
 
 /// A directory where workflows are found by name: `a::b` is `<dir>/a/b.yaml` (or `.yml`).
+///
+/// Names are checked ([`check_workflow_name`]) and the file they lead to must really be inside
+/// the directory once symbolic links are resolved: a name never reaches a file elsewhere, and
+/// a refused file is never read (so no message can quote it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadPath {
     dir: PathBuf,
 }
+
+/// Why a workflow name did not lead to a file on the load path.
+#[derive(Debug)]
+pub enum LookupError {
+    /// Not an `a::b` name (see [`check_workflow_name`]).
+    InvalidName { name: String, reason: String },
+    /// No file for the name; `looked_for` is `<dir>/a/b.yaml`.
+    NotFound {
+        looked_for: PathBuf,
+        /// The load path, when it does not exist itself.
+        missing_dir: Option<PathBuf>,
+    },
+    /// The file is a symbolic link (or lies in a linked directory) leading out of the load path.
+    OutsideLoadPath { path: PathBuf, dir: PathBuf },
+    /// The file exists but cannot be read, or is not UTF-8.
+    Read { path: PathBuf, source: ReadError },
+}
+
+impl LookupError {
+    /// A short machine-readable reason, e.g. for a Kubernetes condition.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LookupError::InvalidName { .. } => "InvalidWorkflowName",
+            LookupError::NotFound { .. } => "WorkflowNotFound",
+            LookupError::OutsideLoadPath { .. } => "WorkflowOutsideLoadPath",
+            LookupError::Read { .. } => "WorkflowUnreadable",
+        }
+    }
+}
+
+impl std::fmt::Display for LookupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LookupError::InvalidName { name, reason } => write!(f, "{name:?} is not a workflow name: {reason}"),
+            LookupError::NotFound {
+                looked_for,
+                missing_dir: None,
+            } => write!(f, "no {}", looked_for.display()),
+            LookupError::NotFound {
+                looked_for,
+                missing_dir: Some(dir),
+            } => write!(f, "no {} ({} does not exist)", looked_for.display(), dir.display()),
+            LookupError::OutsideLoadPath { path, dir } => write!(
+                f,
+                "{} leads outside the load path {} (through a symbolic link): refused",
+                path.display(),
+                dir.display()
+            ),
+            LookupError::Read { path, source } => write!(f, "cannot read {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for LookupError {}
 
 impl LoadPath {
     pub fn new(dir: impl Into<PathBuf>) -> LoadPath {
@@ -25,58 +84,91 @@ impl LoadPath {
         &self.dir
     }
 
-    /// The file defining workflow `name`, if there is one.
-    pub fn find(&self, name: &str) -> Option<PathBuf> {
+    /// The file defining workflow `name`, as a path under [`Self::dir`] (for messages); it is
+    /// checked to be inside the load path.
+    pub fn find(&self, name: &str) -> Result<PathBuf, LookupError> {
+        self.resolve(name).map(|(shown, _)| shown)
+    }
+
+    /// Reads workflow `name`: its display path and text (see [`read_text`]).
+    pub fn read(&self, name: &str) -> Result<(String, String), LookupError> {
+        let (shown, real) = self.resolve(name)?;
+        // The resolved path, which was checked: not the name's path again, whose links could
+        // have been changed since.
+        let text = read_text(&real).map_err(|source| LookupError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Ok((shown.display().to_string(), text))
+    }
+
+    /// (path under the load path for messages, canonical path to read).
+    fn resolve(&self, name: &str) -> Result<(PathBuf, PathBuf), LookupError> {
+        check_workflow_name(name).map_err(|reason| LookupError::InvalidName {
+            name: name.to_owned(),
+            reason,
+        })?;
         let rel = name.replace("::", "/");
-        ["yaml", "yml"]
+        let Some(shown) = ["yaml", "yml"]
             .iter()
             .map(|ext| self.dir.join(format!("{rel}.{ext}")))
             .find(|p| p.is_file())
-    }
-
-    /// Reads workflow `name`: its display path and text (see [`read_text`]). `Ok(None)` when
-    /// there is no such file; a file that exists but cannot be read or decoded is an error, not
-    /// "not found".
-    pub fn read(&self, name: &str) -> Result<Option<(String, String)>, (String, ReadError)> {
-        let Some(p) = self.find(name) else {
-            return Ok(None);
+        else {
+            return Err(LookupError::NotFound {
+                looked_for: self.dir.join(format!("{rel}.yaml")),
+                missing_dir: (!self.dir.is_dir()).then(|| self.dir.clone()),
+            });
         };
-        let shown = p.display().to_string();
-        match read_text(&p) {
-            Ok(text) => Ok(Some((shown, text))),
-            Err(e) => Err((shown, e)),
+        let read_error = |e| LookupError::Read {
+            path: shown.clone(),
+            source: ReadError::Io(e),
+        };
+        let dir = self.dir.canonicalize().map_err(read_error)?;
+        let real = shown.canonicalize().map_err(read_error)?;
+        if !real.starts_with(&dir) {
+            return Err(LookupError::OutsideLoadPath {
+                path: shown,
+                dir: self.dir.clone(),
+            });
         }
+        Ok((shown, real))
     }
+}
 
-    /// Why `name` was not found, for an error message: the file that was looked for, and
-    /// whether the directory itself is missing.
-    pub fn not_found(&self, name: &str) -> String {
-        format!(
-            "no {}/{}.yaml{}",
-            self.dir.display(),
-            name.replace("::", "/"),
-            if self.dir.is_dir() {
-                String::new()
-            } else {
-                format!(" ({} does not exist)", self.dir.display())
-            }
-        )
+impl LookupError {
+    /// The error as diagnostics about the file it names (added to `sources`): at the offending
+    /// byte for text that is not UTF-8, at the top of the file otherwise. Never the file's
+    /// contents beyond the valid prefix of a file inside the load path.
+    pub fn diagnostics(&self, sources: &mut Sources) -> Diagnostics {
+        let shown = match self {
+            LookupError::Read { path, source } => return source.diagnostics(&path.display().to_string(), sources),
+            LookupError::OutsideLoadPath { path, .. } => path.display().to_string(),
+            LookupError::NotFound { looked_for, .. } => looked_for.display().to_string(),
+            LookupError::InvalidName { name, .. } => name.clone(),
+        };
+        let file = sources.add(shown, "");
+        let mut d = Diagnostics::default();
+        d.push(Diagnostic::new(Span::new(file, 0, 0), self.to_string()));
+        d
     }
 }
 
 /// The workflows a program calls, read from a load path; files that exist but cannot be read
-/// are kept aside, to be reported as what they are rather than as unknown workflows.
+/// (or lead out of the load path) are kept aside, to be reported as what they are rather than
+/// as unknown workflows.
 struct Reading<'a> {
     load_path: &'a LoadPath,
-    unreadable: Vec<(String, ReadError)>,
+    refused: Vec<LookupError>,
 }
 
 impl WorkflowSource for Reading<'_> {
     fn fetch(&mut self, name: &str) -> Option<(String, String)> {
         match self.load_path.read(name) {
-            Ok(found) => found,
+            Ok(found) => Some(found),
+            // No such workflow (or not a name): the front end reports the unknown call.
+            Err(LookupError::NotFound { .. } | LookupError::InvalidName { .. }) => None,
             Err(e) => {
-                self.unreadable.push(e);
+                self.refused.push(e);
                 None
             }
         }
@@ -96,16 +188,16 @@ pub fn load_program(
 ) -> Result<Program, Diagnostics> {
     let mut reading = Reading {
         load_path,
-        unreadable: Vec::new(),
+        refused: Vec::new(),
     };
     let (path, text) = main;
     let loaded = program::load(main_name, (path, strip_bom(text)), &mut reading, sources, schemas);
-    if reading.unreadable.is_empty() {
+    if reading.refused.is_empty() {
         return loaded;
     }
     let mut diags = Diagnostics::default();
-    for (path, e) in reading.unreadable {
-        diags.extend(e.diagnostics(&path, sources));
+    for e in reading.refused {
+        diags.extend(e.diagnostics(sources));
     }
     Err(diags)
 }
@@ -269,11 +361,64 @@ mod tests {
         std::fs::write(dir.path().join("a/b.yml"), "steps: {}\n").unwrap();
         std::fs::write(dir.path().join("top.yaml"), "steps: {}\n").unwrap();
         let lp = LoadPath::new(dir.path());
-        assert_eq!(lp.find("a::b"), Some(dir.path().join("a/b.yml")));
-        assert_eq!(lp.find("top"), Some(dir.path().join("top.yaml")));
-        assert_eq!(lp.find("missing"), None);
-        assert!(lp.not_found("x::y").ends_with("/x/y.yaml"));
-        assert!(LoadPath::new("/nonexistent").not_found("x").contains("does not exist"));
+        assert_eq!(lp.find("a::b").unwrap(), dir.path().join("a/b.yml"));
+        assert_eq!(lp.find("top").unwrap(), dir.path().join("top.yaml"));
+        assert_eq!(lp.read("top").unwrap().1, "steps: {}\n");
+        let missing = lp.find("x::y").unwrap_err();
+        assert!(matches!(missing, LookupError::NotFound { missing_dir: None, .. }));
+        assert!(missing.to_string().ends_with("/x/y.yaml"), "{missing}");
+        let gone = LoadPath::new("/nonexistent").find("x").unwrap_err().to_string();
+        assert_eq!(gone, "no /nonexistent/x.yaml (/nonexistent does not exist)");
+    }
+
+    /// Names that would leave the directory are refused before any file is looked at.
+    #[test]
+    fn names_never_leave_the_load_path() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("workflows");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(root.path().join("secret.yaml"), "password: hunter2\n").unwrap();
+        let lp = LoadPath::new(&dir);
+        let abs = root.path().join("secret");
+        for name in [
+            "../secret",
+            "sub::..::..::secret",
+            "..::secret",
+            abs.to_str().unwrap(),
+            "sub/../../secret",
+        ] {
+            let err = lp.read(name).unwrap_err();
+            assert!(matches!(err, LookupError::InvalidName { .. }), "{name}: {err:?}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    /// A link inside the load path that leads out of it is refused (and not read); one that
+    /// stays inside works.
+    #[cfg(unix)]
+    #[test]
+    fn links_out_of_the_load_path_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("workflows");
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        std::fs::write(root.path().join("secret.yaml"), "password: hunter2\n").unwrap();
+        std::fs::write(dir.join("real/ok.yaml"), "steps: {}\n").unwrap();
+        std::os::unix::fs::symlink(root.path().join("secret.yaml"), dir.join("evil.yaml")).unwrap();
+        std::os::unix::fs::symlink(root.path(), dir.join("up")).unwrap();
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("alias")).unwrap();
+        let lp = LoadPath::new(&dir);
+        for name in ["evil", "up::secret"] {
+            let err = lp.read(name).unwrap_err();
+            assert!(matches!(err, LookupError::OutsideLoadPath { .. }), "{name}: {err:?}");
+            assert_eq!(err.reason(), "WorkflowOutsideLoadPath");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+        assert_eq!(lp.read("alias::ok").unwrap().1, "steps: {}\n");
+        // Through a linked load path too: what counts is where the files really are.
+        std::os::unix::fs::symlink(&dir, root.path().join("linked")).unwrap();
+        let linked = LoadPath::new(root.path().join("linked"));
+        assert!(linked.read("real::ok").is_ok());
+        assert!(matches!(linked.read("evil"), Err(LookupError::OutsideLoadPath { .. })));
     }
 
     #[test]

@@ -623,22 +623,22 @@ impl Runtime {
     fn load(&self, job: &Job, sources: &mut Sources) -> Result<(String, Program), (&'static str, String)> {
         let (name, main) = match &job.workflow {
             Err(m) => return Err(("InvalidSpec", m.clone())),
+            // The name is checked and resolved strictly inside the load path: a refused file
+            // is never read, so nothing of it can reach the status or an event.
             Ok(WorkflowRef::Named(n)) => match self.load_path.read(n) {
-                Ok(Some(main)) => (n.clone(), main),
+                Ok(main) => (n.clone(), main),
                 // Exists but is unreadable or not UTF-8: say so, at the offending byte.
-                Err((path, e)) => {
-                    let d = e.diagnostics(&path, sources);
+                Err(e @ lyra_host::LookupError::Read { .. }) => {
+                    let d = e.diagnostics(sources);
                     return Err(("InvalidWorkflow", diagnostics_text(&d, sources)));
                 }
-                Ok(None) => {
+                Err(e @ lyra_host::LookupError::NotFound { .. }) => {
                     return Err((
-                        "WorkflowNotFound",
-                        format!(
-                            "workflow '{n}' not found on the controller's load path: {}",
-                            self.load_path.not_found(n)
-                        ),
+                        e.reason(),
+                        format!("workflow '{n}' not found on the controller's load path: {e}"),
                     ));
                 }
+                Err(e) => return Err((e.reason(), format!("spec.workflowName: {e}"))),
             },
             Ok(WorkflowRef::Inline { name, body }) => {
                 if !body.is_object() {

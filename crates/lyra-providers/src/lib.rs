@@ -73,6 +73,7 @@ pub(crate) mod test_support {
             deployment: "test",
             step_id,
             type_name,
+            idempotency_key: Some(String::leak(format!("test/{step_id}"))),
         }
     }
 

@@ -32,6 +32,7 @@ fn record(i: usize) -> ResourceRecord {
         managed: true,
         pending: false,
         sensitive: vec![],
+        create_key: None,
     }
 }
 

@@ -27,6 +27,7 @@ pub fn resource(step_id: &str) -> ResourceRecord {
         managed: true,
         pending: false,
         sensitive: vec![],
+        create_key: None,
     }
 }
 
@@ -144,6 +145,7 @@ pub fn awkward_resource() -> ResourceRecord {
         managed: false,
         pending: false,
         sensitive: vec!["zeta".to_owned(), "emoji 😀".to_owned()],
+        create_key: None,
     }
 }
 
@@ -177,6 +179,7 @@ pub async fn replace_resource(store: &dyn StateStore) {
         managed: false,
         pending: false,
         sensitive: vec![],
+        create_key: None,
     };
     store.put_resource("d", &replacement).await.expect("put");
     let state = load(store, "d").await;
@@ -539,11 +542,13 @@ pub async fn pending_round_trip(store: &dyn StateStore) {
         "Test::Thing",
         map(json!({ "name": "s0", "size": 2 })),
         vec!["network".to_owned()],
+        "store/7/d/servers/0 ✓".to_owned(),
     );
     store.put_resource("d", &intent).await.expect("put intent");
     let back = load(store, "d").await.resources;
     assert_eq!(back, vec![intent.clone()]);
     assert!(back[0].pending);
+    assert_eq!(back[0].create_key.as_deref(), Some("store/7/d/servers/0 ✓"));
 
     let mut done = resource("servers/0");
     done.depends_on = intent.depends_on.clone();
@@ -551,6 +556,7 @@ pub async fn pending_round_trip(store: &dyn StateStore) {
     let back = load(store, "d").await.resources;
     assert_eq!(back, vec![done]);
     assert!(!back[0].pending);
+    assert_eq!(back[0].create_key, None, "the result replaces the key too");
 }
 
 /// A run's note is kept; every operation round-trips; only applies change the workflow.
@@ -584,6 +590,42 @@ pub async fn notes_and_operations_round_trip(store: &dyn StateStore) {
     let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     assert_eq!(store.history("d").await.expect("history")[0].id, id);
     assert_eq!(store.history("d").await.expect("history")[0].note, None);
+}
+
+/// A URL in a note or an error keeps no credential, whether a run's end or an import wrote
+/// it (an older Lyra wrote `state migrate`'s source URL into the note, query and all).
+pub async fn history_keeps_no_credentials(store: &dyn StateStore) {
+    let url = "postgres://lyra:hunter2@db:5432/state?password=hunter2&schema=s";
+    let redacted = "postgres://lyra:***@db:5432/state?password=***&schema=s";
+    let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    let end = RunEnd {
+        outcome: Outcome::Failed,
+        counts: ChangeCounts::default(),
+        changes: vec![ChangeRecord {
+            step_id: "a".to_owned(),
+            action: "create".to_owned(),
+            error: Some(format!("cannot reach {url}")),
+        }],
+        error: Some(format!("state {url}: down")),
+        note: Some(format!("migrated from {url}")),
+    };
+    store.finish_run(id, &end).await.expect("finish_run");
+    let run = store.history("d").await.expect("history").remove(0);
+    assert!(!format!("{run:?}").contains("hunter2"), "{run:?}");
+    assert_eq!(run.note, Some(format!("migrated from {redacted}")));
+    assert_eq!(run.error, Some(format!("state {redacted}: down")));
+    assert_eq!(run.changes[0].error, Some(format!("cannot reach {redacted}")));
+
+    let mut export = store.export("d").await.expect("export").expect("d");
+    export.state.name = "e".to_owned();
+    for run in &mut export.history {
+        run.deployment = "e".to_owned();
+        run.note = Some(format!("migrated from {url}"));
+    }
+    store.import(&export).await.expect("import");
+    let imported = store.export("e").await.expect("export").expect("e");
+    assert!(!format!("{imported:?}").contains("hunter2"), "{imported:?}");
+    assert_eq!(imported.history[0].note, Some(format!("migrated from {redacted}")));
 }
 
 // --- Leases -----------------------------------------------------------------------------------
@@ -781,7 +823,13 @@ async fn seed_for_export(store: &dyn StateStore, deployment: &str) {
     let id = store.begin_run(&apply(deployment, "wf")).await.expect("begin_run");
     store.put_resource(deployment, &awkward_resource()).await.expect("put");
     store.put_resource(deployment, &resource("plain")).await.expect("put");
-    let intent = ResourceRecord::intent("pending", "Test::Thing", Map::new(), vec!["plain".to_owned()]);
+    let intent = ResourceRecord::intent(
+        "pending",
+        "Test::Thing",
+        Map::new(),
+        vec!["plain".to_owned()],
+        format!("{}/1/{deployment}/pending", store.store_id()),
+    );
     store.put_resource(deployment, &intent).await.expect("put");
     let end = RunEnd {
         outcome: Outcome::Failed,

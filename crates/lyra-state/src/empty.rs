@@ -26,6 +26,11 @@ impl EmptyState {
 
 #[async_trait]
 impl StateStore for EmptyState {
+    /// No store exists, so none has an id yet; nothing is created against it, so no
+    /// idempotency key is ever made from this.
+    fn store_id(&self) -> &str {
+        ""
+    }
     async fn load(&self, _: &str) -> Result<Option<DeploymentState>, StoreError> {
         Ok(None)
     }

@@ -13,7 +13,8 @@ use sqlx::migrate::MigrateError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The store URL is not one `lyra-state` understands.
+    /// The store URL is not one `lyra-state` understands. `url` is redacted
+    /// ([`crate::redact_url`]).
     #[error("invalid state store URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
 
@@ -125,6 +126,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::InvalidUrl`] naming `url` without its credentials.
+    pub(crate) fn invalid_url(url: &str, reason: &str) -> Error {
+        Error::InvalidUrl {
+            url: crate::redact_url(url),
+            reason: reason.to_owned(),
+        }
+    }
+
     /// How the engine should see this error.
     pub fn kind(&self) -> StoreErrorKind {
         match self {

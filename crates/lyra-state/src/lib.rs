@@ -20,6 +20,7 @@ mod empty;
 mod error;
 pub mod lease;
 mod postgres;
+mod redact;
 mod rows;
 mod sqlite;
 mod url;
@@ -39,6 +40,7 @@ use lyra_core::state::StateStore;
 pub use crate::empty::EmptyState;
 pub use crate::error::Error;
 pub use crate::postgres::{APPLICATION_NAME, PostgresOptions, PostgresStore, RETRY_FOR};
+pub use crate::redact::{redact_text, redact_url};
 pub use crate::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 use crate::url::StoreUrl;
@@ -52,8 +54,10 @@ use crate::url::StoreUrl;
 /// - `postgres://[user[:password]@]host[:port]/database[?…]` (or `postgresql://`): a Postgres
 ///   database; sqlx's parameters (`sslmode`, `application_name`, …) apply. Lyra adds
 ///   `schema=NAME` (lowercase letters, digits, `_`): the tables live in that schema, created
-///   if missing, so several states can share one database. Error messages never show the
-///   password.
+///   if missing, so several states can share one database. Other parameters are refused.
+///   The password is best left out of the URL: sqlx reads `PGPASSWORD` and `~/.pgpass`.
+///   Postgres 13 or newer (the store's id comes from `gen_random_uuid()`).
+///   Messages never show credentials (see [`redact_url`]).
 pub async fn open(url: &str) -> Result<Arc<dyn StateStore>, Error> {
     match StoreUrl::parse(url)? {
         StoreUrl::Sqlite { path, options } => Ok(Arc::new(SqliteStore::open_with(&path, &options).await?)),

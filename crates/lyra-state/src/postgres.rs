@@ -48,7 +48,7 @@ use crate::rows::{
     DeploymentSummaryRow, LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms, resource_columns,
     run_columns, summaries,
 };
-use crate::url::{StoreUrl, redact};
+use crate::url::StoreUrl;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -90,6 +90,8 @@ impl Default for PostgresOptions {
 /// A [`StateStore`] in a Postgres database. See the module docs for durability and retries.
 pub struct PostgresStore {
     pool: PgPool,
+    /// See [`StateStore::store_id`].
+    id: String,
     /// `host:port/database`, for messages (never the URL: it may hold a password).
     target: String,
     schema: Option<String>,
@@ -101,6 +103,7 @@ impl std::fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("target", &self.target)
             .field("schema", &self.schema)
+            .field("id", &self.id)
             .finish_non_exhaustive()
     }
 }
@@ -126,15 +129,9 @@ impl PostgresStore {
 
     async fn open(url: &str, options: &PostgresOptions, create: bool) -> Result<PostgresStore, Error> {
         let StoreUrl::Postgres { url: rest, schema } = StoreUrl::parse(url)? else {
-            return Err(Error::InvalidUrl {
-                url: redact(url),
-                reason: "expected postgres://… or postgresql://…".to_owned(),
-            });
+            return Err(Error::invalid_url(url, "expected postgres://… or postgresql://…"));
         };
-        let mut connect = PgConnectOptions::from_str(&rest).map_err(|e| Error::InvalidUrl {
-            url: redact(url),
-            reason: e.to_string(),
-        })?;
+        let mut connect = PgConnectOptions::from_str(&rest).map_err(|e| Error::invalid_url(url, &e.to_string()))?;
         if connect.get_application_name().is_none() {
             // The process id tells an operator (and the fault tests) whose connections they see.
             connect = connect.application_name(&format!("{APPLICATION_NAME}-{}", std::process::id()));
@@ -158,7 +155,7 @@ impl PostgresStore {
             target: target.clone(),
             source,
         };
-        let no_state = || Error::NoState { location: redact(url) };
+        let no_state = || Error::NoState { location: crate::redact_url(url) };
         if let Some(schema) = &schema {
             if create {
                 create_schema(&mut conn, schema).await.map_err(connect_error)?;
@@ -199,6 +196,13 @@ impl PostgresStore {
             target: target.clone(),
             source,
         })?;
+        let id: String = sqlx::query_scalar("SELECT id FROM store_identity")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|source| Error::PgConnect {
+                target: target.clone(),
+                source,
+            })?;
         let _ = conn.close().await;
 
         let pool = PgPoolOptions::new()
@@ -211,6 +215,7 @@ impl PostgresStore {
             .connect_lazy_with(connect);
         Ok(PostgresStore {
             pool,
+            id,
             target,
             schema,
             retry_for: options.retry_for,
@@ -454,13 +459,13 @@ async fn load_in(conn: &mut PgConnection, deployment: &str) -> Result<Option<Dep
 }
 
 const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
-                                                   depends_on, managed, pending, sensitive, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10) \
+                                                   depends_on, managed, pending, sensitive, updated_at, create_key) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12) \
      ON CONFLICT (deployment, step_id) DO UPDATE SET \
          type_name = excluded.type_name, external_id = excluded.external_id, \
          desired = excluded.desired, actual = excluded.actual, depends_on = excluded.depends_on, \
          managed = excluded.managed, pending = excluded.pending, sensitive = excluded.sensitive, \
-         updated_at = excluded.updated_at";
+         updated_at = excluded.updated_at, create_key = excluded.create_key";
 
 /// [`PUT_RESOURCE`], creating the deployment first if needed, in one statement (so one round
 /// trip and one commit). The foreign key is checked at the end of the statement, so it sees
@@ -469,13 +474,13 @@ const PUT_RESOURCE_ENSURING_DEPLOYMENT: &str = "WITH d AS (\
          INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, NULL, $10, $10) \
          ON CONFLICT (name) DO NOTHING) \
      INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
-                            depends_on, managed, pending, sensitive, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10) \
+                            depends_on, managed, pending, sensitive, updated_at, create_key) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12) \
      ON CONFLICT (deployment, step_id) DO UPDATE SET \
          type_name = excluded.type_name, external_id = excluded.external_id, \
          desired = excluded.desired, actual = excluded.actual, depends_on = excluded.depends_on, \
          managed = excluded.managed, pending = excluded.pending, sensitive = excluded.sensitive, \
-         updated_at = excluded.updated_at";
+         updated_at = excluded.updated_at, create_key = excluded.create_key";
 
 fn bind_resource<'q>(
     query: &'static str,
@@ -493,10 +498,15 @@ fn bind_resource<'q>(
         .bind(row.pending)
         .bind(row.updated_at)
         .bind(&row.sensitive)
+        .bind(&row.create_key)
 }
 
 #[async_trait]
 impl StateStore for PostgresStore {
+    fn store_id(&self) -> &str {
+        &self.id
+    }
+
     async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
         Ok(self.retry(|_| self.load_once(deployment)).await?)
     }

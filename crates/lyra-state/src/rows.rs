@@ -43,6 +43,8 @@ pub(crate) struct ResourceRow {
     /// JSON array of attribute names.
     pub sensitive: String,
     pub updated_at: i64,
+    /// The idempotency key of a pending create.
+    pub create_key: Option<String>,
 }
 
 impl ResourceRow {
@@ -59,6 +61,7 @@ impl ResourceRow {
             pending: record.pending,
             sensitive: encode("resource sensitive attributes", &record.sensitive)?,
             updated_at,
+            create_key: record.create_key.clone(),
         })
     }
 
@@ -83,6 +86,7 @@ impl ResourceRow {
             managed: self.managed,
             pending: self.pending,
             sensitive,
+            create_key: self.create_key,
         })
     }
 }
@@ -152,8 +156,8 @@ impl RunRow {
             outcome: run.outcome.map(|o| o.as_str().to_owned()),
             counts: encode("run counts", &StoredCounts::from(&run.counts))?,
             changes: encode("run changes", &changes)?,
-            error: run.error.clone(),
-            note: run.note.clone(),
+            error: scrub(run.error.as_deref()),
+            note: scrub(run.note.as_deref()),
         })
     }
 
@@ -190,8 +194,8 @@ impl RunRow {
             outcome,
             counts: counts.into(),
             changes: changes.into_iter().map(Into::into).collect(),
-            error: self.error,
-            note: self.note,
+            error: scrub(self.error.as_deref()),
+            note: scrub(self.note.as_deref()),
         })
     }
 }
@@ -205,8 +209,8 @@ impl RunEndRow {
             outcome: end.outcome.as_str(),
             counts: encode("run counts", &StoredCounts::from(&end.counts))?,
             changes: encode("run changes", &changes)?,
-            error: end.error.clone(),
-            note: end.note.clone(),
+            error: scrub(end.error.as_deref()),
+            note: scrub(end.note.as_deref()),
         })
     }
 }
@@ -260,7 +264,7 @@ macro_rules! lease_columns {
 macro_rules! resource_columns {
     () => {
         "deployment, step_id, type_name, external_id, desired, actual, depends_on, managed, pending, sensitive, \
-         updated_at"
+         updated_at, create_key"
     };
 }
 
@@ -359,7 +363,7 @@ impl From<&ChangeRecord> for StoredChange {
         StoredChange {
             step_id: c.step_id.clone(),
             action: c.action.clone(),
-            error: c.error.clone(),
+            error: scrub(c.error.as_deref()),
         }
     }
 }
@@ -372,6 +376,13 @@ impl From<StoredChange> for ChangeRecord {
             error: c.error,
         }
     }
+}
+
+/// Free text for the history without any credential a URL in it may carry: applied when
+/// notes and errors are written (imports carry notes written elsewhere, older versions wrote
+/// URLs with passwords into them) and again when they are read.
+fn scrub(text: Option<&str>) -> Option<String> {
+    text.map(crate::redact_text)
 }
 
 fn encode<T: Serialize + ?Sized>(what: &'static str, value: &T) -> Result<String, Error> {

@@ -89,6 +89,8 @@ impl Default for SqliteOptions {
 /// [`SqliteOptions::busy_timeout`]) instead of failing.
 pub struct SqliteStore {
     path: PathBuf,
+    /// See [`StateStore::store_id`].
+    id: String,
     reads: SqlitePool,
     writer: Writer,
 }
@@ -97,6 +99,7 @@ impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
             .field("path", &self.path)
+            .field("id", &self.id)
             .finish_non_exhaustive()
     }
 }
@@ -145,6 +148,10 @@ impl SqliteStore {
             }
         };
         migrate(path, &mut conn).await?;
+        let id: String = sqlx::query_scalar("SELECT id FROM store_identity")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| open_error(path, e))?;
 
         // Readers never write; `query_only` makes sure of it.
         let reads = SqlitePoolOptions::new()
@@ -156,6 +163,7 @@ impl SqliteStore {
 
         Ok(SqliteStore {
             path: path.to_owned(),
+            id,
             reads,
             writer: Writer::spawn(conn),
         })
@@ -278,6 +286,10 @@ async fn migrate(path: &Path, conn: &mut SqliteConnection) -> Result<(), Error> 
 
 #[async_trait]
 impl StateStore for SqliteStore {
+    fn store_id(&self) -> &str {
+        &self.id
+    }
+
     async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
         let mut tx = self.reads.begin().await.map_err(Error::from)?;
         let state = load_in(&mut tx, deployment).await?;
@@ -510,7 +522,7 @@ impl SqliteStore {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// `SQLITE_BUSY` / `SQLITE_LOCKED`: someone else holds the lock for now.
 fn is_busy(e: &sqlx::Error) -> bool {

@@ -78,7 +78,7 @@ impl PgTestDb {
 }
 
 fn unreachable_server(name: &str, error: &str) -> Option<PgTestDb> {
-    let url = crate::url::redact(&postgres_url());
+    let url = crate::redact_url(&postgres_url());
     if in_ci() {
         panic!("{name}: Postgres at {url} is unreachable ({error}), and CI=true forbids skipping");
     }

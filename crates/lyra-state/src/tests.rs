@@ -30,6 +30,7 @@ macro_rules! for_each_check {
             concurrent_mixed_writes;
             pending_round_trip;
             notes_and_operations_round_trip;
+            history_keeps_no_credentials;
             lease_lifecycle;
             lease_expires;
             break_lease_returns_holder;

@@ -3,7 +3,32 @@
 use std::path::PathBuf;
 
 use crate::error::Error;
+use crate::redact::{is_keyword_dsn, is_scheme};
 use crate::sqlite::{SqliteOptions, Synchronous};
+
+/// The query parameters sqlx's Postgres driver understands (besides Lyra's `schema`). Others
+/// are refused: sqlx would log and ignore them, value included (a misspelt `password=` would
+/// land in the logs).
+const POSTGRES_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
 
 #[derive(Debug, PartialEq)]
 pub(crate) enum StoreUrl {
@@ -21,18 +46,21 @@ pub(crate) enum StoreUrl {
 
 impl StoreUrl {
     pub fn parse(url: &str) -> Result<StoreUrl, Error> {
-        let invalid = |reason: &str| Error::InvalidUrl {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let invalid = |reason: &str| Error::invalid_url(url, reason);
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return parse_postgres(url);
+        }
+        if is_keyword_dsn(url) {
+            return Err(invalid(
+                "this is a libpq connection string; write postgres://USER@HOST:PORT/DB \
+                 (and pass the password in PGPASSWORD or ~/.pgpass)",
+            ));
         }
         let rest = if let Some(rest) = url.strip_prefix("sqlite://") {
             rest
         } else if let Some(rest) = url.strip_prefix("sqlite:") {
             rest
-        } else if has_scheme(url) {
+        } else if url.split_once(':').is_some_and(|(scheme, _)| is_scheme(scheme)) {
             return Err(invalid(
                 "expected sqlite://PATH, sqlite:PATH, a file path or postgres://… \
                  (write ./NAME for a file whose name contains ':')",
@@ -66,8 +94,10 @@ impl StoreUrl {
                     }
                 }
                 _ => {
+                    // The name only: the value could be a secret.
+                    let name = param.split_once('=').map_or(param, |(k, _)| k);
                     return Err(invalid(&format!(
-                        "unknown parameter {param:?} (supported: synchronous=normal|full|extra)"
+                        "unknown parameter {name:?} (supported: synchronous=normal|full|extra)"
                     )));
                 }
             }
@@ -91,17 +121,28 @@ fn parse_postgres(url: &str) -> Result<StoreUrl, Error> {
         match param.split_once('=') {
             Some(("schema", name)) => {
                 if !is_schema_name(name) {
-                    return Err(Error::InvalidUrl {
-                        url: redact(url),
-                        reason: format!(
+                    return Err(Error::invalid_url(
+                        url,
+                        &format!(
                             "schema {name:?} must be 1 to 63 lowercase letters, digits or '_', \
                              not starting with a digit"
                         ),
-                    });
+                    ));
                 }
                 schema = Some(name.to_owned());
             }
-            _ => rest.push(param),
+            Some((key, _)) if is_postgres_parameter(key) => rest.push(param),
+            _ => {
+                // The name only: the value could be a secret.
+                let name = param.split_once('=').map_or(param, |(k, _)| k);
+                return Err(Error::invalid_url(
+                    url,
+                    &format!(
+                        "unknown parameter {name:?} (supported: schema, {}, options[NAME])",
+                        POSTGRES_PARAMETERS.join(", ")
+                    ),
+                ));
+            }
         }
     }
     let url = if rest.is_empty() {
@@ -123,44 +164,8 @@ pub(crate) fn is_schema_name(name: &str) -> bool {
         && !name.starts_with("pg_")
 }
 
-/// `url` with any password replaced by `***`, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    let mut out = url.to_owned();
-    // `scheme://user:password@host/...`
-    if let Some(start) = url.find("://").map(|i| i + 3) {
-        let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
-        let authority = &url[start..authority_end];
-        if let Some(at) = authority.rfind('@')
-            && let Some(colon) = authority[..at].find(':')
-        {
-            out = format!("{}***{}", &url[..start + colon + 1], &url[start + at..]);
-        }
-    }
-    // `?password=...`
-    if let Some((base, query)) = out.split_once('?') {
-        let query: Vec<String> = query
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => p.to_owned(),
-            })
-            .collect();
-        out = format!("{base}?{}", query.join("&"));
-    }
-    out
-}
-
-/// Whether `s` starts with a URL scheme (`name:`, two characters or more so that a Windows
-/// drive letter still reads as a path).
-fn has_scheme(s: &str) -> bool {
-    let Some((scheme, _)) = s.split_once(':') else {
-        return false;
-    };
-    scheme.len() >= 2
-        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+fn is_postgres_parameter(key: &str) -> bool {
+    POSTGRES_PARAMETERS.contains(&key) || key.starts_with("options[") && key.ends_with(']')
 }
 
 #[cfg(test)]
@@ -236,14 +241,30 @@ mod tests {
     }
 
     #[test]
-    fn redaction() {
-        assert_eq!(redact("postgres://u:pw@h:5/db?x=1"), "postgres://u:***@h:5/db?x=1");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
+    fn messages_never_show_credentials() {
+        for url in [
+            "postgres://u:hunter2@h/db?schema=Bad",
+            "postgres://h/db?password=hunter2&schema=Bad",
+            "postgres://h/db?sslpassword=hunter2",
+            "postgres://h/db?pasword=hunter2",
+            "postgress://u:hunter2@h/db",
+            "mysql://u:hunter2@h/db",
+            "sqlite:s.db?password=hunter2",
+            "host=h user=u password=hunter2",
+        ] {
+            let err = StoreUrl::parse(url).expect_err(url);
+            let message = err.to_string();
+            assert!(!message.contains("hunter2"), "{message}");
+            assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
+            assert!(message.starts_with("invalid state store URL"), "{message}");
+        }
+        // Parameters sqlx knows pass through, unknown ones are named.
         assert_eq!(
-            redact("postgres://h/db?user=u&password=pw&schema=s"),
-            "postgres://h/db?user=u&password=***&schema=s"
+            postgres("postgres://h/db?password=pw&options[statement_timeout]=5s").0,
+            "postgres://h/db?password=pw&options[statement_timeout]=5s"
         );
+        let message = StoreUrl::parse("postgres://h/db?sslpasword=x").unwrap_err().to_string();
+        assert!(message.contains("unknown parameter \"sslpasword\""), "{message}");
     }
 
     #[test]

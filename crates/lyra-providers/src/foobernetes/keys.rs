@@ -2,13 +2,14 @@
 //!
 //! The original's `deployment.json` has no room for it (its format is fixed), so it lives beside
 //! that file in `<file>.lyra-keys` (`deployment.json.lyra-keys` by default): one JSON object
-//! mapping each key (`<deployment>/<step id>`) to the external id made for it, keys sorted,
+//! mapping each key (`<store id>/<run id>/<deployment>/<step id>`, or `<deployment>/<step id>`
+//! from Lyra versions before store ids) to the external id made for it, keys sorted,
 //! pretty-printed. For example:
 //!
 //! ```json
 //! {
-//!   "web/appServers/0": "i-5577006791947779410",
-//!   "web/lb": "lb-8674665223082153551"
+//!   "0b6f4c3e-8d0a-4c52-9a7e-3f1d2b5c6a70/3/web/appServers/0": "i-5577006791947779410",
+//!   "0b6f4c3e-8d0a-4c52-9a7e-3f1d2b5c6a70/3/web/lb": "lb-8674665223082153551"
 //! }
 //! ```
 //!

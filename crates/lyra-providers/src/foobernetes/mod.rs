@@ -14,7 +14,10 @@
 //! Foobernetes file, `<file>.lyra-keys` (see the private `keys` module), so that the original's
 //! format stays untouched. A `create` for a key that already has its resource returns that
 //! resource as it is, even if `desired` now differs: the engine compares the returned actual
-//! state with what it wants and updates afterwards, as for any resource it reads.
+//! state with what it wants and updates afterwards, as for any resource it reads. The engine
+//! scopes each key to its store and to one pending record, so a resource whose record was
+//! forgotten (`lyra state rm`, `deletionPolicy: Orphan`) keeps its key here but is never
+//! handed to a later create.
 //!
 //! Several `lyra` processes may share the file (the CLI and the controller applying different
 //! deployments, say): each change takes an OS advisory lock on a third file beside it,
@@ -221,7 +224,7 @@ impl Provider for FoobernetesProvider {
     }
 
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
-        let key = cx.idempotency_key();
+        let key = key_of(cx)?;
         match self.kind(cx.type_name)? {
             (Kind::Instance, s) => self.create_as::<Instance>(key, desired, s).await,
             (Kind::WebServer, s) => self.create_as::<WebServer>(key, desired, s).await,
@@ -230,7 +233,7 @@ impl Provider for FoobernetesProvider {
     }
 
     async fn lookup(&self, cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
-        let key = cx.idempotency_key();
+        let key = key_of(cx)?;
         match self.kind(cx.type_name)?.0 {
             Kind::Instance => self.lookup_as::<Instance>(key).await,
             Kind::WebServer => self.lookup_as::<WebServer>(key).await,
@@ -277,6 +280,17 @@ impl Provider for FoobernetesProvider {
 
 /// `prefix-<n>`: the original used Go's `rand.Int63()`; drawing from `[10^7, 2^63)` keeps that
 /// range in practice while guaranteeing the 8+ digits the smoke test relies on to filter ids.
+/// The key of a create or lookup. Without one, a create could only be matched to nothing or
+/// to every other keyless create: refused rather than guessed.
+fn key_of(cx: &OpContext<'_>) -> Result<String, ProviderError> {
+    cx.idempotency_key.map(str::to_owned).ok_or_else(|| {
+        ProviderError::Other(format!(
+            "Foobernetes: no idempotency key for {} '{}' (an engine bug)",
+            cx.type_name, cx.step_id
+        ))
+    })
+}
+
 fn new_id(prefix: &str) -> String {
     let n: u64 = rand::rng().random_range(10_000_000..=i64::MAX as u64);
     format!("{prefix}-{n}")

@@ -614,6 +614,7 @@ async fn different_keys_make_different_resources() {
     let b = p.create(&cx_at(WEB_SERVER, "b"), &Map::new()).await.unwrap();
     let other = OpContext {
         deployment: "other",
+        idempotency_key: Some("other/a"),
         ..cx_at(WEB_SERVER, "a")
     };
     let c = p.create(&other, &Map::new()).await.unwrap();

@@ -66,8 +66,83 @@ async fn schemas_are_separate_states() {
             .expect("tables");
     assert_eq!(
         tables,
-        ["_sqlx_migrations", "deployments", "leases", "resources", "runs"]
+        [
+            "_sqlx_migrations",
+            "deployments",
+            "leases",
+            "resources",
+            "runs",
+            "store_identity"
+        ]
     );
+    // Each schema is a store of its own, with its own id, the same for every opener.
+    let ids: Vec<&str> = stores.iter().map(|s| s.store_id()).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    assert!(crate::sqlite::tests::is_uuid(ids[0]), "{ids:?}");
+    assert_ne!(other.store_id(), ids[0]);
+}
+
+/// A schema written by v1 (before store ids and create keys) upgrades in place, as SQLite's
+/// v2 does: an id for the store, the old key for pending records, notes without URLs that
+/// could hold a password.
+#[tokio::test]
+async fn upgrade_from_schema_v1() {
+    let Some(db) = PgTestDb::create("upgrade_v1").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres/0001_initial.sql"),
+        dir.path().join("0001_initial.sql"),
+    )
+    .expect("copy v1");
+    let mut raw = PgConnection::connect(db.server_url()).await.expect("raw");
+    // `schema` is our own generated identifier.
+    let schema = db.schema();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA {schema}; SET search_path TO {schema}"
+    )))
+    .execute(&mut raw)
+    .await
+    .expect("schema");
+    sqlx::migrate::Migrator::new(dir.path())
+        .await
+        .expect("v1 migrator")
+        .run(&mut raw)
+        .await
+        .expect("migrate to v1");
+    sqlx::raw_sql(
+        "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
+         INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, depends_on,
+                                managed, pending, updated_at)
+             VALUES ('d', 'done', 'T::T', 'x', '{}', '{}', '[]', TRUE, FALSE, 1),
+                    ('d', 'vm/0', 'T::T', '', '{}', '{}', '[]', TRUE, TRUE, 1);
+         INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes, note)
+             VALUES ('d', 'wf', 'import', 'me', 1, '{}', '[]',
+                     'migrated from postgres://u:***@db/state?password=hunter2&schema=s');",
+    )
+    .execute(&mut raw)
+    .await
+    .expect("v1 rows");
+
+    let store = PostgresStore::connect(db.url()).await.expect("upgrade");
+    assert!(crate::sqlite::tests::is_uuid(store.store_id()), "{}", store.store_id());
+    let state = store.load("d").await.expect("load").expect("kept");
+    let key = |step: &str| state.resource(step).expect(step).create_key.clone();
+    assert_eq!(key("done"), None);
+    assert_eq!(key("vm/0").as_deref(), Some("d/vm/0"), "the key the old create used");
+    let note: Option<String> = sqlx::query_scalar("SELECT note FROM runs")
+        .fetch_one(&mut raw)
+        .await
+        .expect("note");
+    assert_eq!(
+        note.as_deref(),
+        Some("migrated from postgres://(address removed: it could hold a password)")
+    );
+    let id = store.store_id().to_owned();
+    store.close().await;
+    let again = PostgresStore::connect(db.url()).await.expect("reopen");
+    assert_eq!(again.store_id(), id, "made once, with the store");
 }
 
 /// Backends are killed (`pg_terminate_backend`) again and again while many steps record their

@@ -508,3 +508,103 @@ async fn upgrade_from_schema_v1() {
         .unwrap_or_else(|| "ok".to_owned());
     assert_eq!(check, "ok");
 }
+
+/// A file written by schema v2 (before store ids and create keys) upgrades in place: the store
+/// gets an id, pending records the key their create was asked with then
+/// (`<deployment>/<step id>`), and notes lose the URLs that could hold a password.
+#[tokio::test]
+async fn upgrade_from_schema_v2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v2.db");
+    let v2 = dir.path().join("v2-migrations");
+    std::fs::create_dir(&v2).expect("mkdir");
+    for file in ["0001_initial.sql", "0002_leases_pending_notes.sql"] {
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations/sqlite")
+                .join(file),
+            v2.join(file),
+        )
+        .expect("copy v2");
+    }
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+        .await
+        .expect("create v2");
+    sqlx::migrate::Migrator::new(v2.as_path())
+        .await
+        .expect("v2 migrator")
+        .run(&mut conn)
+        .await
+        .expect("migrate to v2");
+    sqlx::raw_sql(
+        "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
+         INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, depends_on,
+                                managed, pending, updated_at)
+             VALUES ('d', 'done', 'T::T', 'x', '{}', '{}', '[]', 1, 0, 1),
+                    ('d', 'vm/0', 'T::T', '', '{}', '{}', '[]', 1, 1, 1);
+         INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes, note)
+             VALUES ('d', 'wf', 'import', 'me', 1, '{}', '[]',
+                     'migrated from postgres://u:***@db/state?password=hunter2&schema=s'),
+                    ('d', 'wf', 'unlock', 'me', 2, '{}', '[]', 'broke alice''s lease');",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("v2 rows");
+    conn.close().await.expect("close v2");
+
+    let store = SqliteStore::open(&path).await.expect("upgrade");
+    let id = store.store_id().to_owned();
+    assert!(is_uuid(&id), "{id}");
+    let state = store.load("d").await.expect("load").expect("kept");
+    let key = |step: &str| state.resource(step).expect(step).create_key.clone();
+    assert_eq!(key("done"), None);
+    assert_eq!(key("vm/0").as_deref(), Some("d/vm/0"), "the key the old create used");
+    let notes: Vec<Option<String>> = sqlx::query_scalar("SELECT note FROM runs ORDER BY id")
+        .fetch_all(&mut raw(&path).await)
+        .await
+        .expect("notes");
+    assert_eq!(
+        notes,
+        [
+            Some("migrated from postgres://(address removed: it could hold a password)".to_owned()),
+            Some("broke alice's lease".to_owned()),
+        ]
+    );
+    store.close().await.expect("close");
+    let again = SqliteStore::open(&path).await.expect("reopen");
+    assert_eq!(again.store_id(), id, "made once, with the store");
+}
+
+/// Every store has an id of its own, kept across opens.
+#[tokio::test]
+async fn store_ids_are_random_and_stable() {
+    let one = Fixture::new().await;
+    let two = Fixture::new().await;
+    assert!(is_uuid(one.store.store_id()), "{}", one.store.store_id());
+    assert_ne!(one.store.store_id(), two.store.store_id());
+    let id = one.store.store_id().to_owned();
+    let again = SqliteStore::open(&one.path).await.expect("reopen");
+    assert_eq!(again.store_id(), id);
+}
+
+/// A note written with a credential is stored without it, not only shown without it.
+#[tokio::test]
+async fn credentials_never_reach_the_file() {
+    let f = Fixture::new().await;
+    c::history_keeps_no_credentials(&f.store).await;
+    f.store.close().await.expect("close");
+    let bytes = std::fs::read(&f.path).expect("read db");
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("password=***"), "the notes are in the file");
+    assert!(!text.contains("hunter2"), "a credential reached the file");
+}
+
+/// `xxxxxxxx-xxxx-4xxx-[89ab]xxx-xxxxxxxxxxxx`, lowercase.
+pub(crate) fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && s.chars()
+            .all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c))
+        && groups[2].starts_with('4')
+        && groups[3].starts_with(['8', '9', 'a', 'b'])
+}

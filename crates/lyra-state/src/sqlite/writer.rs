@@ -268,13 +268,15 @@ impl Task {
 }
 
 const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, \
-                                                   actual, depends_on, managed, pending, sensitive, updated_at) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+                                                   actual, depends_on, managed, pending, sensitive, updated_at, \
+                                                   create_key) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
      ON CONFLICT (deployment, step_id) DO UPDATE SET \
          type_name = excluded.type_name, external_id = excluded.external_id, \
          desired = excluded.desired, actual = excluded.actual, \
          depends_on = excluded.depends_on, managed = excluded.managed, \
-         pending = excluded.pending, sensitive = excluded.sensitive, updated_at = excluded.updated_at";
+         pending = excluded.pending, sensitive = excluded.sensitive, updated_at = excluded.updated_at, \
+         create_key = excluded.create_key";
 
 async fn put(conn: &mut SqliteConnection, row: &ResourceRow) -> Result<(), sqlx::Error> {
     sqlx::query(PUT_RESOURCE)
@@ -289,6 +291,7 @@ async fn put(conn: &mut SqliteConnection, row: &ResourceRow) -> Result<(), sqlx:
         .bind(row.pending)
         .bind(&row.sensitive)
         .bind(row.updated_at)
+        .bind(&row.create_key)
         .execute(&mut *conn)
         .await?;
     Ok(())
