@@ -10,6 +10,7 @@ mod e2e {
     mod cli;
     mod compat;
     mod controller;
+    mod controller_deletes;
     #[cfg(unix)]
     mod crash;
     mod failures;

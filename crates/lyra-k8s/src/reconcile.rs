@@ -69,6 +69,9 @@ pub enum WorkflowRef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub key: ObjectKey,
+    /// The object's `metadata.uid`: what is remembered of a run belongs to one incarnation
+    /// of a name, so a deleted and re-created object starts afresh.
+    pub uid: Option<String>,
     pub generation: Option<i64>,
     /// `Err`: the spec does not say which workflow (a terminal error).
     pub workflow: Result<WorkflowRef, String>,
@@ -95,6 +98,7 @@ impl Job {
             _ => Err("set spec.workflowName (a workflow on the controller's load path) or spec.workflow".to_owned()),
         };
         Some(Job {
+            uid: wf.metadata.uid.clone(),
             generation: wf.metadata.generation,
             workflow,
             data: spec.data.clone(),
@@ -205,6 +209,7 @@ impl Settings {
 /// (and a lagging cache) never cause a new run or defeat the backoff.
 #[derive(Debug, Clone)]
 struct Memo {
+    uid: Option<String>,
     generation: Option<i64>,
     requested_at: Option<String>,
     at: Instant,
@@ -215,8 +220,28 @@ struct Memo {
 enum MemoOutcome {
     Applied,
     Stalled,
-    Failed { attempts: u32, next_at: Instant },
-    DeleteFailed { attempts: u32, next_at: Instant },
+    Failed {
+        attempts: u32,
+        next_at: Instant,
+    },
+    DeleteFailed {
+        attempts: u32,
+        next_at: Instant,
+    },
+    /// Cleanup finished. A reconcile queued before the finalizer went may still bring the
+    /// object, as the watch cache last saw it; this tombstone makes it a no-op instead of a
+    /// second (empty) delete run.
+    Deleted,
+}
+
+/// How long a tombstone is kept: far longer than a watch cache lags.
+const TOMBSTONE_TTL: Duration = Duration::from_secs(600);
+
+impl Memo {
+    /// Whether this memo is about the job's object: the same incarnation of the name.
+    fn is_for(&self, job: &Job) -> bool {
+        self.uid == job.uid
+    }
 }
 
 /// Whether to run now.
@@ -314,10 +339,15 @@ impl Runtime {
         *self.shutdown.borrow()
     }
 
-    /// Forgets what is remembered of a deleted object.
-    pub fn forget(&self, key: &ObjectKey) {
-        self.memo.lock().expect("memo lock").remove(&key.deployment());
-        self.metrics.phase(&key.deployment(), None);
+    /// Remembers that the object's cleanup is done (see [`MemoOutcome::Deleted`]), and
+    /// drops tombstones old enough that no reconcile can still be about them.
+    fn forget(&self, job: &Job) {
+        {
+            let mut memo = self.memo.lock().expect("memo lock");
+            memo.retain(|_, m| !(m.outcome == MemoOutcome::Deleted && m.at.elapsed() > TOMBSTONE_TTL));
+        }
+        self.remember(job, MemoOutcome::Deleted);
+        self.metrics.phase(&job.key.deployment(), None);
     }
 
     /// Brings the object's deployment to its workflow (or decides nothing needs doing).
@@ -480,8 +510,8 @@ impl Runtime {
         let mut t = Tracker::new(current, reporter);
         let result = self.cleanup_inner(job, &mut t).await;
         match &result {
-            Ok(_) => self.forget(&job.key),
-            Err(_) => self.metrics.phase(&job.key.deployment(), t.written.phase),
+            Ok(Next::Done) => self.forget(job),
+            _ => self.metrics.phase(&job.key.deployment(), t.written.phase),
         }
         result
     }
@@ -489,25 +519,22 @@ impl Runtime {
     async fn cleanup_inner(&self, job: &Job, t: &mut Tracker<'_>) -> Result<Next, ReconcileError> {
         let now = Time(Timestamp::now());
         let deployment = job.key.deployment();
-        if let Some(m) = self.memo.lock().expect("memo lock").get(&deployment)
-            && let MemoOutcome::DeleteFailed { next_at, .. } = m.outcome
-            && next_at > Instant::now()
-        {
-            return Err(ReconcileError::Wait(next_at - Instant::now()));
+        let memo = self.memo.lock().expect("memo lock").get(&deployment).cloned();
+        if let Some(m) = memo.filter(|m| m.is_for(job)) {
+            match m.outcome {
+                // Already cleaned up: this reconcile is about the object as a lagging
+                // cache still holds it. Only the finalizer may be left to remove.
+                MemoOutcome::Deleted => return Ok(Next::Done),
+                MemoOutcome::DeleteFailed { next_at, .. } if next_at > Instant::now() => {
+                    return Err(ReconcileError::Wait(next_at - Instant::now()));
+                }
+                _ => {}
+            }
         }
         if self.shutting_down() {
             return Err(ReconcileError::Wait(Duration::from_secs(1)));
         }
         let owner = job.key.owner();
-        t.status.lease_holder = Some(owner.clone());
-        t.status.deployment = Some(deployment.clone());
-        judge(
-            &mut t.status,
-            &Verdict::Running { deleting: true },
-            job.generation,
-            &now,
-        );
-        t.flush().await?;
         let cancel = Arc::new(AtomicBool::new(false));
         let held = match self.take_lease(job, "delete", &cancel).await {
             Ok(held) => held,
@@ -535,7 +562,6 @@ impl Runtime {
                     Ok(Next::Done)
                 }
                 Err(e) => {
-                    t.status.lease_holder = None;
                     self.retry(
                         job,
                         t,
@@ -547,6 +573,41 @@ impl Runtime {
                     .await
                 }
             };
+        }
+        // Under the lease, the state says whether there is anything to delete. Nothing (never
+        // applied, or cleaned up by a run whose finalizer removal did not happen): no run,
+        // no history entry, only the finalizer to remove.
+        match self.store.load(&deployment).await {
+            Ok(state) if state.as_ref().is_none_or(|s| s.resources.is_empty()) => {
+                let _ = release(&self.store, held).await;
+                return Ok(Next::Done);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let _ = release(&self.store, held).await;
+                return self
+                    .retry(
+                        job,
+                        t,
+                        "StateUnavailable",
+                        format!("state store: {e}"),
+                        Phase::Deleting,
+                        true,
+                    )
+                    .await;
+            }
+        }
+        t.status.lease_holder = Some(held.lease().owner.clone());
+        t.status.deployment = Some(deployment.clone());
+        judge(
+            &mut t.status,
+            &Verdict::Running { deleting: true },
+            job.generation,
+            &now,
+        );
+        if let Err(e) = t.flush().await {
+            let _ = release(&self.store, held).await;
+            return Err(e);
         }
         t.reporter
             .publish(note(
@@ -768,6 +829,7 @@ impl Runtime {
         self.memo.lock().expect("memo lock").insert(
             job.key.deployment(),
             Memo {
+                uid: job.uid.clone(),
                 generation: job.generation,
                 requested_at: job.requested_at.clone(),
                 at: Instant::now(),
@@ -818,7 +880,7 @@ impl Runtime {
         let deleting = phase == Phase::Deleting;
         let previous = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
         let attempts = match previous {
-            Some(m) if m.generation == job.generation => match m.outcome {
+            Some(m) if m.is_for(job) && m.generation == job.generation => match m.outcome {
                 MemoOutcome::Failed { attempts, .. } | MemoOutcome::DeleteFailed { attempts, .. } => attempts + 1,
                 _ => 1,
             },
@@ -885,10 +947,12 @@ fn decide(
         Some(r) if elapsed >= r => Decision::Run,
         Some(r) => Decision::Wait(r - elapsed),
     };
-    if let Some(m) = memo.filter(|m| m.generation == job.generation && m.requested_at == job.requested_at) {
+    if let Some(m) =
+        memo.filter(|m| m.is_for(job) && m.generation == job.generation && m.requested_at == job.requested_at)
+    {
         return match m.outcome {
             MemoOutcome::Applied => refreshed(now.saturating_duration_since(m.at)),
-            MemoOutcome::Stalled => Decision::Idle,
+            MemoOutcome::Stalled | MemoOutcome::Deleted => Decision::Idle,
             MemoOutcome::Failed { next_at, .. } | MemoOutcome::DeleteFailed { next_at, .. } => {
                 if now >= next_at {
                     Decision::Run

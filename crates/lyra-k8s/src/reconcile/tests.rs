@@ -110,6 +110,7 @@ impl Harness {
 fn job(name: &str, workflow: &str, generation: i64, data: Value) -> Job {
     Job {
         key: ObjectKey::new("ns", name),
+        uid: Some(format!("uid-{name}")),
         generation: Some(generation),
         workflow: Ok(WorkflowRef::Named(workflow.to_owned())),
         data: Some(data),
@@ -488,4 +489,57 @@ fn intervals_and_jobs_from_objects() {
     );
     wf.metadata.namespace = None;
     assert!(Job::from_workflow(&wf).is_none());
+}
+
+#[tokio::test]
+async fn cleanup_runs_once_per_object_and_a_recreated_name_starts_afresh() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = job("c", "cloud", 1, json!({}));
+    rt.apply(&j, None, &r).await.unwrap();
+    let before_delete = r.last();
+    assert_eq!(rt.cleanup(&j, Some(&before_delete), &r).await.unwrap(), Next::Done);
+    assert_eq!(runs(&h, "k8s/ns/c").await, ["delete", "apply"]);
+    let (writes, notes) = (r.writes(), r.notes.lock().unwrap().len());
+
+    // A reconcile queued before the finalizer went brings the object as the cache last saw
+    // it: nothing runs, nothing is written or published, the finalizer may go.
+    assert_eq!(rt.cleanup(&j, Some(&before_delete), &r).await.unwrap(), Next::Done);
+    // A restarted controller (no memory) finds nothing recorded: the same.
+    assert_eq!(
+        h.runtime().cleanup(&j, Some(&before_delete), &r).await.unwrap(),
+        Next::Done
+    );
+    assert_eq!(
+        runs(&h, "k8s/ns/c").await,
+        ["delete", "apply"],
+        "no second, empty delete run"
+    );
+    assert_eq!((r.writes(), r.notes.lock().unwrap().len()), (writes, notes));
+
+    // The same name, a new object: applied, and deleted again, by the same runtime.
+    let again = Job {
+        uid: Some("uid-c-2".into()),
+        ..j.clone()
+    };
+    rt.apply(&again, None, &r).await.unwrap();
+    assert!(is_true(&r.last(), READY));
+    assert_eq!(rt.cleanup(&again, Some(&r.last()), &r).await.unwrap(), Next::Done);
+    assert_eq!(runs(&h, "k8s/ns/c").await, ["delete", "apply", "delete", "apply"]);
+    assert!(
+        h.store
+            .load("k8s/ns/c")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+            .resources
+            .is_empty()
+    );
+}
+
+/// The operations of a deployment's runs, newest first.
+async fn runs(h: &Harness, deployment: &str) -> Vec<&'static str> {
+    let history = h.store.history(deployment).await.unwrap();
+    history.iter().map(|r| r.operation.as_str()).collect()
 }
