@@ -19,7 +19,7 @@ use lyra_core::engine::{Engine, EngineError, Quiet};
 use lyra_core::program::Program;
 use lyra_core::provider::Providers;
 use lyra_core::report::{Action, Report, Status};
-use lyra_core::state::{Outcome, StateStore};
+use lyra_core::state::{Lease, Outcome, StateStore};
 use lyra_core::value::Value;
 use lyra_host::LoadPath;
 use lyra_state::lease::{self, HeldLease, LeaseError, LeaseOptions};
@@ -189,6 +189,9 @@ pub struct Settings {
     pub idle_requeue: Duration,
     /// At most this many per-resource events per run (the rest are summarised).
     pub max_step_events: usize,
+    /// This replica's name (`--identity`), added to the lease owner so that a refusal
+    /// names the replica holding the lease (`controller/<ns>/<name>@<instance>`).
+    pub instance: Option<String>,
 }
 
 impl Settings {
@@ -200,6 +203,7 @@ impl Settings {
             backoff: Backoff::default(),
             idle_requeue: Duration::from_secs(3600),
             max_step_events: 50,
+            instance: None,
         }
     }
 }
@@ -225,6 +229,12 @@ enum MemoOutcome {
         next_at: Instant,
     },
     DeleteFailed {
+        attempts: u32,
+        next_at: Instant,
+    },
+    /// Refused the deployment's lease: try again when it expires. Not a failure, so the
+    /// backoff's attempt count is only carried over, not increased.
+    Locked {
         attempts: u32,
         next_at: Instant,
     },
@@ -405,14 +415,27 @@ impl Runtime {
         let owner = job.key.owner();
         t.status.workflow = Some(name.clone());
         t.status.deployment = Some(deployment.clone());
-        t.status.lease_holder = Some(owner.clone());
+        let cancel = Arc::new(AtomicBool::new(false));
+        let held = match self.take_lease(job, "apply", &cancel).await {
+            Ok(held) => held,
+            Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, false).await,
+            Err(Refusal::Store(message)) => {
+                return self
+                    .retry(job, t, "StateUnavailable", message, Phase::Failed, false)
+                    .await;
+            }
+        };
+        t.status.lease_holder = Some(held.lease().owner.clone());
         judge(
             &mut t.status,
             &Verdict::Running { deleting: false },
             job.generation,
             &now,
         );
-        t.flush().await?;
+        if let Err(e) = t.flush().await {
+            let _ = release(&self.store, held).await;
+            return Err(e);
+        }
         t.reporter
             .publish(note(
                 false,
@@ -422,19 +445,6 @@ impl Runtime {
             ))
             .await;
 
-        let cancel = Arc::new(AtomicBool::new(false));
-        let held = match self.take_lease(job, "apply", &cancel).await {
-            Ok(held) => held,
-            Err((holder, message)) => {
-                t.status.lease_holder = holder;
-                let phase = if t.written.last_run.is_some() {
-                    Phase::Failed
-                } else {
-                    Phase::Pending
-                };
-                return self.retry(job, t, "Locked", message, phase, false).await;
-            }
-        };
         let forward = self.forward_shutdown(&cancel);
         let engine = Engine {
             providers: &self.providers,
@@ -525,7 +535,9 @@ impl Runtime {
                 // Already cleaned up: this reconcile is about the object as a lagging
                 // cache still holds it. Only the finalizer may be left to remove.
                 MemoOutcome::Deleted => return Ok(Next::Done),
-                MemoOutcome::DeleteFailed { next_at, .. } if next_at > Instant::now() => {
+                MemoOutcome::DeleteFailed { next_at, .. } | MemoOutcome::Locked { next_at, .. }
+                    if next_at > Instant::now() =>
+                {
                     return Err(ReconcileError::Wait(next_at - Instant::now()));
                 }
                 _ => {}
@@ -538,9 +550,11 @@ impl Runtime {
         let cancel = Arc::new(AtomicBool::new(false));
         let held = match self.take_lease(job, "delete", &cancel).await {
             Ok(held) => held,
-            Err((holder, message)) => {
-                t.status.lease_holder = holder;
-                return self.retry(job, t, "Locked", message, Phase::Deleting, false).await;
+            Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, true).await,
+            Err(Refusal::Store(message)) => {
+                return self
+                    .retry(job, t, "StateUnavailable", message, Phase::Deleting, false)
+                    .await;
             }
         };
         if job.deletion_policy == DeletionPolicy::Orphan {
@@ -712,15 +726,19 @@ impl Runtime {
             .map_err(|d| ("InvalidWorkflow", diagnostics_text(&d, sources)))
     }
 
-    /// Takes the deployment's lease. `Err((holder, message))` when refused.
-    async fn take_lease(
-        &self,
-        job: &Job,
-        operation: &str,
-        cancel: &Arc<AtomicBool>,
-    ) -> Result<HeldLease, (Option<String>, String)> {
+    /// Who holds a deployment's lease while this runtime runs it: the object's actor name,
+    /// and this replica's, so a refusal says which replica holds it.
+    fn lease_owner(&self, job: &Job) -> String {
+        match &self.settings.instance {
+            Some(instance) => format!("{}@{instance}", job.key.owner()),
+            None => job.key.owner(),
+        }
+    }
+
+    /// Takes the deployment's lease, or says who holds it.
+    async fn take_lease(&self, job: &Job, operation: &str, cancel: &Arc<AtomicBool>) -> Result<HeldLease, Refusal> {
         let options = LeaseOptions {
-            owner: job.key.owner(),
+            owner: self.lease_owner(job),
             operation: operation.to_owned(),
             ttl: self.settings.lease_ttl,
             wait: None,
@@ -732,10 +750,76 @@ impl Runtime {
             Arc::clone(cancel),
         )
         .await
-        .map_err(|e| match &e {
-            LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => (Some(h.owner.clone()), e.to_string()),
-            LeaseError::Store(_) => (None, format!("state store: {e}")),
+        .map_err(|e| match e {
+            LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => Refusal::Held(h),
+            LeaseError::Store(_) => Refusal::Store(format!("state store: {e}")),
         })
+    }
+
+    /// Someone else holds the deployment's lease (the CLI, or a crashed replica whose lease
+    /// has not expired yet). Not an error to back off from: the run is tried again just after
+    /// the lease expires, and meanwhile the status names the holder and the expiry.
+    async fn wait_for_lease(
+        &self,
+        job: &Job,
+        t: &mut Tracker<'_>,
+        holder: &Lease,
+        deleting: bool,
+    ) -> Result<Next, ReconcileError> {
+        let now = Time(Timestamp::now());
+        let after = until_expiry(holder.expires, now_ms());
+        let message = format!(
+            "waiting for the lease of deployment {}: {}; retrying then",
+            holder.deployment,
+            lease::describe(holder)
+        );
+        t.status.lease_holder = Some(holder.owner.clone());
+        judge(
+            &mut t.status,
+            &Verdict::WaitingForLease {
+                message: message.clone(),
+                deleting,
+            },
+            job.generation,
+            &now,
+        );
+        let previous = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
+        let (attempts, already_waiting) = match previous.filter(|m| m.is_for(job) && m.generation == job.generation) {
+            Some(Memo {
+                outcome: MemoOutcome::Failed { attempts, .. } | MemoOutcome::DeleteFailed { attempts, .. },
+                ..
+            }) => (attempts, false),
+            Some(Memo {
+                outcome: MemoOutcome::Locked { attempts, .. },
+                ..
+            }) => (attempts, true),
+            _ => (0, false),
+        };
+        self.remember(
+            job,
+            MemoOutcome::Locked {
+                attempts,
+                next_at: Instant::now() + after,
+            },
+        );
+        tracing::info!(
+            deployment = %holder.deployment,
+            holder = %holder.owner,
+            expires = %lease::utc(holder.expires),
+            "the deployment's lease is held; retrying when it expires"
+        );
+        t.flush().await?;
+        if !already_waiting {
+            t.reporter
+                .publish(note(
+                    false,
+                    status::LOCKED,
+                    if deleting { "Delete" } else { "Apply" },
+                    message,
+                ))
+                .await;
+        }
+        Ok(Next::Requeue(after))
     }
 
     /// Sets `cancel` when the runtime shuts down, until aborted.
@@ -881,7 +965,9 @@ impl Runtime {
         let previous = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
         let attempts = match previous {
             Some(m) if m.is_for(job) && m.generation == job.generation => match m.outcome {
-                MemoOutcome::Failed { attempts, .. } | MemoOutcome::DeleteFailed { attempts, .. } => attempts + 1,
+                MemoOutcome::Failed { attempts, .. }
+                | MemoOutcome::DeleteFailed { attempts, .. }
+                | MemoOutcome::Locked { attempts, .. } => attempts + 1,
                 _ => 1,
             },
             _ => 1,
@@ -953,7 +1039,9 @@ fn decide(
         return match m.outcome {
             MemoOutcome::Applied => refreshed(now.saturating_duration_since(m.at)),
             MemoOutcome::Stalled | MemoOutcome::Deleted => Decision::Idle,
-            MemoOutcome::Failed { next_at, .. } | MemoOutcome::DeleteFailed { next_at, .. } => {
+            MemoOutcome::Failed { next_at, .. }
+            | MemoOutcome::DeleteFailed { next_at, .. }
+            | MemoOutcome::Locked { next_at, .. } => {
                 if now >= next_at {
                     Decision::Run
                 } else {
@@ -1015,6 +1103,28 @@ pub fn diagnostics_text(d: &Diagnostics, sources: &Sources) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Why a lease was not taken.
+enum Refusal {
+    Held(Lease),
+    Store(String),
+}
+
+/// The wall clock in Unix milliseconds (what lease expiries are measured in).
+fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// How long to wait for a lease expiring at `expires`: until just after it, and never less
+/// than a second (the store's clock may run behind ours; the retry then simply comes again).
+fn until_expiry(expires: i64, now: i64) -> Duration {
+    const SLACK: Duration = Duration::from_millis(250);
+    let left = Duration::from_millis(u64::try_from(expires.saturating_sub(now)).unwrap_or(0));
+    (left + SLACK).max(Duration::from_secs(1))
 }
 
 async fn release(store: &Arc<dyn StateStore>, held: HeldLease) -> bool {

@@ -11,6 +11,8 @@ use crate::crd::{Phase, StepStatus, WorkflowStatus};
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
+/// The reason of the conditions while another holder has the deployment's lease.
+pub const LOCKED: &str = "Locked";
 
 /// How a reconcile left the object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +33,9 @@ pub enum Verdict {
         message: String,
         phase: Phase,
     },
+    /// Another holder has the deployment's lease; the run starts when it expires or is
+    /// released. Not a failure: an applied object stays `Ready` meanwhile.
+    WaitingForLease { message: String, deleting: bool },
     /// `spec.suspend` is true.
     Suspended,
 }
@@ -80,6 +85,20 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
             set(RECONCILING, false, reason, "");
             set(STALLED, true, reason, message);
             (*phase, message.clone())
+        }
+        Verdict::WaitingForLease { message, deleting } => {
+            let keeps_ready = ready_before && same_generation && !deleting;
+            if !keeps_ready {
+                set(READY, false, LOCKED, message);
+            }
+            set(RECONCILING, true, LOCKED, message);
+            set(STALLED, false, LOCKED, "");
+            let phase = match (deleting, keeps_ready) {
+                (true, _) => Phase::Deleting,
+                (false, true) => Phase::Ready,
+                (false, false) => Phase::Pending,
+            };
+            (phase, message.clone())
         }
         Verdict::Suspended => {
             let message = "suspended: nothing is applied while spec.suspend is true".to_owned();

@@ -278,37 +278,43 @@ async fn an_inline_workflow_applies() {
 }
 
 #[tokio::test]
-async fn a_held_lease_is_retried_with_backoff_and_names_the_holder() {
+async fn a_held_lease_is_waited_out_until_its_expiry_naming_the_holder() {
     let h = Harness::new().await;
     let rt = h.runtime();
     let r = Recorded::default();
-    let grant = h
-        .store
-        .acquire_lease(&lyra_core::state::LeaseRequest {
-            deployment: "k8s/ns/x".into(),
-            owner: "alice@laptop".into(),
-            operation: "apply".into(),
-            token: "t".into(),
-            ttl_ms: 60_000,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(grant, LeaseGrant::Acquired(_)));
-    let j = job("x", "pair", 1, json!({"greeting": "hi"}));
-    let err = rt.apply(&j, None, &r).await.unwrap_err();
-    let ReconcileError::Retry { after, message } = err else {
-        panic!("expected a retry, got {err:?}")
+    let request = lyra_core::state::LeaseRequest {
+        deployment: "k8s/ns/x".into(),
+        owner: "alice@laptop".into(),
+        operation: "apply".into(),
+        token: "t".into(),
+        ttl_ms: 60_000,
     };
+    let LeaseGrant::Acquired(lease) = h.store.acquire_lease(&request).await.unwrap() else {
+        panic!("the lease is free")
+    };
+    let j = job("x", "pair", 1, json!({"greeting": "hi"}));
+    // Not an error, and no backoff: the retry comes just after the lease expires.
+    let Next::Requeue(after) = rt.apply(&j, None, &r).await.unwrap() else {
+        panic!("expected a requeue")
+    };
+    let expected = until_expiry(lease.expires, now_ms());
     assert!(
-        after >= Duration::from_secs(30) && after <= Duration::from_secs(60),
-        "{after:?}"
+        after <= expected && after + Duration::from_secs(2) >= expected && after > Duration::from_secs(55),
+        "{after:?} vs {expected:?}"
     );
-    assert!(message.contains("alice@laptop"), "{message}");
     let s = r.last();
     assert_eq!(s.lease_holder.as_deref(), Some("alice@laptop"));
     assert!(is_true(&s, RECONCILING) && !is_true(&s, STALLED) && !is_true(&s, READY));
     assert_eq!(condition(&s, READY).unwrap().reason, "Locked");
-    // The reconcile its status write triggers waits for the backoff instead of retrying.
+    assert_eq!(s.phase, Some(Phase::Pending));
+    let message = s.message.clone().unwrap();
+    assert!(
+        message.contains("alice@laptop is running apply since")
+            && message.contains(&format!("lease expires {}", lease::utc(lease.expires))),
+        "{message}"
+    );
+    assert_eq!(r.reasons(), ["Locked"], "one event, and no run started");
+    // The reconcile its status write triggers waits for the expiry too, and writes nothing.
     let writes = r.writes();
     match rt.apply(&j, Some(&s), &r).await {
         Ok(Next::Requeue(d)) => assert!(d <= after),
@@ -316,6 +322,47 @@ async fn a_held_lease_is_retried_with_backoff_and_names_the_holder() {
     }
     assert_eq!(r.writes(), writes);
     assert!(h.store.load("k8s/ns/x").await.unwrap().is_none(), "nothing ran");
+
+    // Released (or expired): the next try (here by a restarted controller) applies.
+    h.store.release_lease(&lease).await.unwrap();
+    h.runtime().apply(&j, Some(&s), &r).await.unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY) && s.lease_holder.is_none(), "{s:?}");
+
+    // A refresh of an applied object that meets a held lease stays Ready meanwhile.
+    let LeaseGrant::Acquired(_) = h.store.acquire_lease(&request).await.unwrap() else {
+        panic!("the lease is free")
+    };
+    let refresh = Job {
+        requested_at: Some("now".into()),
+        ..j.clone()
+    };
+    rt.apply(&refresh, Some(&s), &r).await.unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY) && is_true(&s, RECONCILING), "{s:?}");
+    assert_eq!(s.phase, Some(Phase::Ready));
+}
+
+#[tokio::test]
+async fn the_lease_names_the_replica_and_the_history_the_object() {
+    let h = Harness::new().await;
+    let mut rt = h.runtime();
+    rt.settings.instance = Some("replica-1".into());
+    let r = Recorded::default();
+    rt.apply(&job("x", "pair", 1, json!({"greeting": "hi"})), None, &r)
+        .await
+        .unwrap();
+    let running = r.statuses.lock().unwrap()[0].clone();
+    assert_eq!(running.lease_holder.as_deref(), Some("controller/ns/x@replica-1"));
+    let history = h.store.history("k8s/ns/x").await.unwrap();
+    assert_eq!(history[0].actor, "controller/ns/x");
+}
+
+#[test]
+fn lease_waits_end_just_after_the_expiry() {
+    assert_eq!(until_expiry(10_000, 4_000), Duration::from_millis(6_250));
+    // Already expired by our clock but not by the store's: soon, not in a hot loop.
+    assert_eq!(until_expiry(4_000, 10_000), Duration::from_secs(1));
 }
 
 #[tokio::test]
