@@ -11,6 +11,7 @@ mod e2e {
     mod compat;
     mod controller;
     mod controller_deletes;
+    mod controller_events;
     mod controller_recovery;
     #[cfg(unix)]
     mod crash;

@@ -1,6 +1,6 @@
 //! Wiring the reconcile core to kube-runtime: a `Controller` per watched namespace (or one
 //! for all), the `lyra.dev/cleanup` finalizer, status written with merge patches on the
-//! status subresource, events through `events::Recorder`.
+//! status subresource, events through [`EventPublisher`].
 //!
 //! The finalizer is handled here rather than by kube's `finalizer` helper: removing it must
 //! treat "the object is gone" as success (a reconcile queued before the removal sees the
@@ -15,12 +15,12 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{FINALIZER, Workflow, WorkflowStatus};
+use crate::events::EventPublisher;
 use crate::reconcile::{Job, Next, Note, ReconcileError, ReportError, Reporter, Runtime};
 use crate::status::merge_patch;
 
@@ -66,7 +66,7 @@ impl Error {
 pub struct Context {
     pub client: Client,
     pub runtime: Arc<Runtime>,
-    pub recorder: Recorder,
+    pub events: EventPublisher,
 }
 
 impl std::fmt::Debug for Context {
@@ -80,17 +80,10 @@ impl std::fmt::Debug for Context {
 impl Context {
     /// `instance` names this replica in events (e.g. the pod name).
     pub fn new(client: Client, runtime: Arc<Runtime>, instance: Option<String>) -> Context {
-        let recorder = Recorder::new(
-            client.clone(),
-            kube::runtime::events::Reporter {
-                controller: MANAGER.to_owned(),
-                instance,
-            },
-        );
         Context {
+            events: EventPublisher::new(client.clone(), MANAGER, instance),
             client,
             runtime,
-            recorder,
         }
     }
 }
@@ -211,7 +204,7 @@ async fn reconcile_inner(wf: &Workflow, ctx: &Context) -> Result<Action, Error> 
     let reporter = KubeReporter {
         api: api.clone(),
         name: job.key.name.clone(),
-        recorder: &ctx.recorder,
+        events: &ctx.events,
         reference: wf.object_ref(&()),
     };
     let status = wf.status.as_ref();
@@ -315,11 +308,11 @@ fn error_policy(_wf: Arc<Workflow>, error: &Error, _ctx: Arc<Context>) -> Action
 }
 
 /// Reports to the API server: status by merge patch on the status subresource (only the
-/// fields that changed, `null` for the ones removed), events through the recorder.
+/// fields that changed, `null` for the ones removed), events through the publisher.
 struct KubeReporter<'a> {
     api: Api<Workflow>,
     name: String,
-    recorder: &'a Recorder,
+    events: &'a EventPublisher,
     reference: ObjectReference,
 }
 
@@ -337,24 +330,9 @@ impl Reporter for KubeReporter<'_> {
     }
 
     async fn publish(&self, note: Note) {
-        let event = Event {
-            type_: if note.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: note.reason,
-            // The API limits notes to 1 kB.
-            note: Some(note.message.chars().take(1000).collect()),
-            action: note.action,
-            secondary: note.resource.map(|(kind, name)| ObjectReference {
-                kind: Some(kind),
-                name: Some(name),
-                ..ObjectReference::default()
-            }),
-        };
-        if let Err(e) = self.recorder.publish(&event, &self.reference).await {
-            tracing::debug!(object = %self.name, error = %e, "could not publish an event");
+        // Best effort, but never silent: an event the API refused is a bug to see.
+        if let Err(e) = self.events.publish(&note, &self.reference).await {
+            tracing::warn!(object = %self.name, reason = %note.reason, error = %e, "could not publish an event");
         }
     }
 }

@@ -163,6 +163,20 @@ pub fn one_line(message: &str) -> String {
     s
 }
 
+/// `s`, shortened to at most `max` bytes (on a character boundary, ending in `…` when cut):
+/// the API server counts the bytes of what it limits.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    const MORE: &str = "…";
+    let mut cut = max.saturating_sub(MORE.len());
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{MORE}", &s[..cut])
+}
+
 /// The step rows after a run: one per resource step the run visited, sorted by name (the
 /// report lists them in finishing order, which would change the status on every run).
 /// Resources the run deleted are gone; `attempts` counts on from the previous rows.

@@ -283,6 +283,9 @@ impl State {
             }
             Special::None => {}
         }
+        if rt.group == "events.k8s.io" {
+            errs.extend(super::events::validate_events_v1(obj, old));
+        }
         if let Some(schema) = rt.version(version).and_then(|v| v.schema.clone()) {
             let unknown = schema.prune(obj, true);
             if !unknown.is_empty() {
@@ -995,6 +998,7 @@ mod tests {
         let v1 = s.registry.find("events.k8s.io", "v1", "events").unwrap();
         let o = WriteOptions::default();
         let recorded = json!({"metadata": {"name": "demo.1"}, "reason": "Reconciled", "type": "Normal",
+            "action": "Reconcile", "reportingInstance": "lyra-test-1",
             "note": "workflow is ready", "reportingController": "lyra-test", "eventTime": "2026-01-01T00:00:00.000001Z",
             "regarding": {"kind": "Workflow", "name": "demo", "namespace": "default", "uid": "u-1"}});
         let created = s.create(&v1, "v1", "default", recorded, o).unwrap();
