@@ -480,7 +480,7 @@ impl Runtime {
         self.record_run(t, &report, true);
         self.step_events(t.reporter, &report).await;
         if report.outcome == Outcome::Succeeded && kept {
-            t.status.returns = status::masked_returns(&report);
+            (t.status.returns, t.status.returns_omitted) = status::fit_returns(&report, status::RETURNS_BUDGET);
             t.status.last_handled_reconcile_at = job.requested_at.clone();
             judge(&mut t.status, &Verdict::Applied, job.generation, &now);
             self.remember(job, MemoOutcome::Applied);
@@ -836,8 +836,11 @@ impl Runtime {
     /// Step rows, progress and the last run's summary from a report.
     fn record_run(&self, t: &mut Tracker<'_>, report: &Report, apply: bool) {
         if apply {
-            t.status.steps = status::step_rows(&t.status.steps, report);
-            t.status.progress = Some(status::progress(&t.status.steps));
+            let rows = status::step_rows(&t.status.steps, report);
+            t.status.progress = Some(status::progress(&rows));
+            let (rows, omitted) = status::fit_rows(rows, status::STEP_ROWS_BUDGET);
+            t.status.steps = rows;
+            t.status.steps_omitted = i32::try_from(omitted).unwrap_or(i32::MAX);
         }
         t.status.last_run = Some(RunSummary {
             id: report.run,
