@@ -12,6 +12,7 @@ mod e2e {
     mod controller;
     mod controller_deletes;
     mod controller_events;
+    mod controller_inline;
     mod controller_limits;
     mod controller_recovery;
     #[cfg(unix)]

@@ -26,6 +26,7 @@ use lyra_state::lease::{self, HeldLease, LeaseError, LeaseOptions};
 use tokio::sync::watch;
 
 use crate::crd::{DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
+use crate::inline;
 use crate::metrics::Metrics;
 use crate::retry::{Backoff, ErrorClass};
 use crate::status::{self, Verdict, judge};
@@ -403,13 +404,14 @@ impl Runtime {
 
         // Load and validate before touching anything: bad input is terminal.
         let mut sources = Sources::default();
-        let (name, program) = match self.load(job, &mut sources) {
+        let mut origin = Origin::of(job);
+        let (name, program) = match self.load(job, &mut sources, &mut origin) {
             Ok(loaded) => loaded,
             Err((reason, message)) => return self.stall(job, t, reason, message).await,
         };
         let data = match crate::data::expand(job.data.as_ref()) {
             Ok(d) => d,
-            Err(m) => return self.stall(job, t, "InvalidData", m).await,
+            Err(m) => return self.stall(job, t, "InvalidData", origin.with_data_notes(m)).await,
         };
         let deployment = job.key.deployment();
         let owner = job.key.owner();
@@ -462,7 +464,8 @@ impl Runtime {
         let report = match result {
             Ok(r) => r,
             Err(EngineError::Input(d)) => {
-                return self.stall(job, t, "InvalidData", diagnostics_text(&d, &sources)).await;
+                let message = origin.with_data_notes(diagnostics_text(&d, &sources, &origin));
+                return self.stall(job, t, "InvalidData", message).await;
             }
             Err(EngineError::Store(e)) => {
                 return self
@@ -695,7 +698,14 @@ impl Runtime {
     }
 
     /// Resolves and validates the workflow. `Err((reason, message))` is terminal.
-    fn load(&self, job: &Job, sources: &mut Sources) -> Result<(String, Program), (&'static str, String)> {
+    /// An inline workflow is rendered to YAML (see [`crate::inline`]); `origin` then says how
+    /// its positions map back to the object.
+    fn load(
+        &self,
+        job: &Job,
+        sources: &mut Sources,
+        origin: &mut Origin,
+    ) -> Result<(String, Program), (&'static str, String)> {
         let (name, main) = match &job.workflow {
             Err(m) => return Err(("InvalidSpec", m.clone())),
             Ok(WorkflowRef::Named(n)) => match self.load_path.read(n) {
@@ -714,16 +724,16 @@ impl Runtime {
                 if !body.is_object() {
                     return Err(("InvalidSpec", "spec.workflow must be a mapping (a workflow)".to_owned()));
                 }
-                // Rendered back to YAML so diagnostics point at lines that look like the spec.
-                let text = serde_saphyr::to_string(body)
-                    .map_err(|e| ("InvalidSpec", format!("spec.workflow cannot be rendered: {e}")))?;
-                let path = format!("{}/{} spec.workflow", job.key.namespace, job.key.name);
-                (name.clone(), (path, text))
+                let rendered = inline::render(body);
+                let file = format!("{}/{} spec.workflow", job.key.namespace, job.key.name);
+                let text = rendered.text.clone();
+                origin.inline = Some((file.clone(), rendered));
+                (name.clone(), (file, text))
             }
         };
         lyra_host::load_program(&name, main, &self.load_path, self.providers.schemas(), sources)
             .map(|p| (name, p))
-            .map_err(|d| ("InvalidWorkflow", diagnostics_text(&d, sources)))
+            .map_err(|d| ("InvalidWorkflow", diagnostics_text(&d, sources, origin)))
     }
 
     /// Who holds a deployment's lease while this runtime runs it: the object's actor name,
@@ -1094,18 +1104,84 @@ pub fn parse_interval(s: Option<&str>) -> Result<Option<Duration>, String> {
     }
 }
 
-/// Every diagnostic as `file:line:col: message`, one per line.
-pub fn diagnostics_text(d: &Diagnostics, sources: &Sources) -> String {
-    d.iter()
+/// Where a job's input came from, to say where a problem is: the inline workflow's rendering
+/// (positions map to field paths), and the keys kubectl may have made from YAML 1.1 booleans.
+#[derive(Debug, Default)]
+pub struct Origin {
+    /// The inline workflow's name in `Sources`, and its rendering.
+    inline: Option<(String, inline::InlineSource)>,
+    /// Boolean-looking keys in `spec.workflow` and in `spec.data`.
+    workflow_booleans: Vec<inline::FieldPath>,
+    data_booleans: Vec<inline::FieldPath>,
+}
+
+impl Origin {
+    fn of(job: &Job) -> Origin {
+        Origin {
+            inline: None,
+            workflow_booleans: match &job.workflow {
+                Ok(WorkflowRef::Inline { body, .. }) => inline::boolean_keys(body),
+                _ => Vec::new(),
+            },
+            data_booleans: job.data.as_ref().map(inline::boolean_keys).unwrap_or_default(),
+        }
+    }
+
+    /// A diagnostic's place: a field path for the inline workflow, else `file:line:col`.
+    fn locate(&self, span: lyra_core::diag::Span, sources: &Sources) -> (String, Option<inline::FieldPath>) {
+        if let Some((file, rendered)) = &self.inline
+            && sources.get(span.file).is_some_and(|f| &f.name == file)
+        {
+            let path = rendered.path_at(span.line).cloned().unwrap_or_default();
+            return (path.display("spec.workflow"), Some(path));
+        }
+        (sources.location(span), None)
+    }
+
+    /// A data problem's message, with a note on `spec.data` keys kubectl may have made from
+    /// YAML 1.1 booleans (a `lookup: y` then finds nothing under `y`).
+    fn with_data_notes(&self, message: String) -> String {
+        match booleans_note("spec.data", &self.data_booleans) {
+            Some(note) => format!("{message}\n{note}"),
+            None => message,
+        }
+    }
+}
+
+/// `note: ...` naming the boolean-looking keys under `root`, if any.
+fn booleans_note(root: &str, keys: &[inline::FieldPath]) -> Option<String> {
+    let first = keys.first()?.boolean_keys().last()?.to_owned();
+    let mut paths: Vec<String> = keys.iter().take(5).map(|p| p.display(root)).collect();
+    if keys.len() > 5 {
+        paths.push(format!("and {} more", keys.len() - 5));
+    }
+    Some(format!("note: {}: {}", paths.join(", "), inline::yaml11_hint(&first)))
+}
+
+/// Every diagnostic as `place: message`, one per line: `file:line:col` in workflow files, the
+/// field path (`spec.workflow.steps.web.value.port`) in an inline workflow.
+pub fn diagnostics_text(d: &Diagnostics, sources: &Sources, origin: &Origin) -> String {
+    let mut noted = false;
+    let mut lines: Vec<String> = d
+        .iter()
         .map(|d| {
-            let mut s = format!("{}: {}", sources.location(d.span), d.message);
+            let (place, path) = origin.locate(d.span, sources);
+            let mut s = format!("{place}: {}", d.message);
             if let Some(h) = &d.help {
                 s.push_str(&format!(" (help: {h})"));
             }
+            if let Some(key) = path.as_ref().and_then(|p| p.boolean_keys().last()) {
+                s.push_str(&format!(" (note: {})", inline::yaml11_hint(key)));
+                noted = true;
+            }
             s
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    // A key turned into "true" may break something elsewhere (a `$y` that now names nothing).
+    if !noted && let Some(note) = booleans_note("spec.workflow", &origin.workflow_booleans) {
+        lines.push(note);
+    }
+    lines.join("\n")
 }
 
 /// Why a lease was not taken.

@@ -247,9 +247,53 @@ async fn an_invalid_inline_workflow_is_reported_with_positions() {
     assert_eq!(condition(&s, STALLED).unwrap().reason, "InvalidWorkflow");
     let m = &condition(&s, STALLED).unwrap().message;
     assert!(
-        m.contains("ns/inline spec.workflow:") && m.contains("Nope::Thing"),
+        m.starts_with("spec.workflow.steps.a.resource: ") && m.contains("Nope::Thing"),
+        "the message names the field, not a line of a copy: {m}"
+    );
+}
+
+#[tokio::test]
+async fn keys_kubectl_made_from_yaml_booleans_are_pointed_out() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    // `y: ...` in the manifest, as kubectl sends it: the key is "true".
+    let mut j = job("inline", "unused", 1, json!({}));
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        body: json!({"steps": {"a": {"resource": "Null::Resource", "value": {"input": 1}, "true": 2}}}),
+    });
+    rt.apply(&j, None, &r).await.unwrap();
+    let m = condition(&r.last(), STALLED).unwrap().message.clone();
+    assert!(
+        m.starts_with("spec.workflow.steps.a.true: ") && m.contains("probably an unquoted y, yes or on"),
         "{m}"
     );
+
+    // The key breaks something elsewhere: a parameter `n` became "false", `$n` names nothing.
+    j.generation = Some(2);
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        body: json!({"parameters": {"false": {"type": "String", "value": "x"}},
+            "steps": {"a": {"resource": "Null::Resource", "value": {"input": "$n"}}}}),
+    });
+    rt.apply(&j, Some(&r.last()), &r).await.unwrap();
+    let m = condition(&r.last(), STALLED).unwrap().message.clone();
+    assert!(
+        m.contains("spec.workflow.steps.a.value.input: ")
+            && m.contains(
+                "note: spec.workflow.parameters.false: the key \"false\" is probably an unquoted n, no or off"
+            ),
+        "{m}"
+    );
+
+    // In spec.data: a lookup of `y` finds nothing, and the message says why.
+    j.generation = Some(3);
+    j.workflow = Ok(WorkflowRef::Named("pair".into()));
+    j.data = Some(json!({"true": "hi"}));
+    rt.apply(&j, Some(&r.last()), &r).await.unwrap();
+    let m = condition(&r.last(), STALLED).unwrap().message.clone();
+    assert!(m.contains("note: spec.data.true: the key \"true\""), "{m}");
 }
 
 #[tokio::test]
