@@ -15,6 +15,7 @@ mod e2e {
     mod controller_inline;
     mod controller_limits;
     mod controller_recovery;
+    mod controller_secrets;
     #[cfg(unix)]
     mod crash;
     mod failures;
