@@ -184,6 +184,10 @@ pub struct Settings {
     pub concurrency: usize,
     /// The state lease's time to live (a crashed controller blocks others this long).
     pub lease_ttl: Duration,
+    /// While another holder has a deployment's lease, try again this often (or at its
+    /// expiry, if sooner): a holder that releases early (a CLI run that ends) is noticed
+    /// soon, a crashed one as soon as its lease expires.
+    pub lease_poll: Duration,
     pub backoff: Backoff,
     /// How often an idle object (applied, no refresh interval; or stalled) is looked at
     /// again. Looking is cheap: it runs nothing unless something changed.
@@ -201,6 +205,7 @@ impl Settings {
             load_path: load_path.into(),
             concurrency: 16,
             lease_ttl: lease::DEFAULT_TTL,
+            lease_poll: Duration::from_secs(5),
             backoff: Backoff::default(),
             idle_requeue: Duration::from_secs(3600),
             max_step_events: 50,
@@ -461,7 +466,7 @@ impl Runtime {
         let kept = release(&self.store, held).await;
         t.status.lease_holder = None;
 
-        let report = match result {
+        let mut report = match result {
             Ok(r) => r,
             Err(EngineError::Input(d)) => {
                 let message = origin.with_data_notes(diagnostics_text(&d, &sources, &origin));
@@ -480,6 +485,12 @@ impl Runtime {
                     .await;
             }
         };
+        // Step errors name the place in the workflow: for an inline one, its field path.
+        for step in &mut report.steps {
+            if let Some(e) = step.error.as_mut() {
+                *e = origin.rewrite(e);
+            }
+        }
         self.record_run(t, &report, true);
         self.step_events(t.reporter, &report).await;
         if report.outcome == Outcome::Succeeded && kept {
@@ -768,7 +779,8 @@ impl Runtime {
 
     /// Someone else holds the deployment's lease (the CLI, or a crashed replica whose lease
     /// has not expired yet). Not an error to back off from: the run is tried again just after
-    /// the lease expires, and meanwhile the status names the holder and the expiry.
+    /// the lease expires (or sooner, every `lease_poll`, in case it is released), and
+    /// meanwhile the status names the holder and the expiry.
     async fn wait_for_lease(
         &self,
         job: &Job,
@@ -777,7 +789,7 @@ impl Runtime {
         deleting: bool,
     ) -> Result<Next, ReconcileError> {
         let now = Time(Timestamp::now());
-        let after = until_expiry(holder.expires, now_ms());
+        let after = until_expiry(holder.expires, now_ms()).min(self.settings.lease_poll);
         let message = format!(
             "waiting for the lease of deployment {}: {}; retrying then",
             holder.deployment,
@@ -812,12 +824,16 @@ impl Runtime {
                 next_at: Instant::now() + after,
             },
         );
-        tracing::info!(
-            deployment = %holder.deployment,
-            holder = %holder.owner,
-            expires = %lease::utc(holder.expires),
-            "the deployment's lease is held; retrying when it expires"
-        );
+        if already_waiting {
+            tracing::debug!(deployment = %holder.deployment, holder = %holder.owner, "the deployment's lease is still held");
+        } else {
+            tracing::info!(
+                deployment = %holder.deployment,
+                holder = %holder.owner,
+                expires = %lease::utc(holder.expires),
+                "the deployment's lease is held; retrying when it expires"
+            );
+        }
         t.flush().await?;
         if !already_waiting {
             t.reporter
@@ -1136,6 +1152,37 @@ impl Origin {
             return (path.display("spec.workflow"), Some(path));
         }
         (sources.location(span), None)
+    }
+
+    /// `text` with every `<inline file>:line:col` (the engine's step errors carry them)
+    /// replaced by that line's field path.
+    fn rewrite(&self, text: &str) -> String {
+        let Some((file, rendered)) = &self.inline else {
+            return text.to_owned();
+        };
+        let prefix = format!("{file}:");
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find(&prefix) {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + prefix.len()..];
+            let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let line_len = digits(after);
+            let col_len = after[line_len..].strip_prefix(':').map_or(0, |cols| digits(cols) + 1);
+            match after[..line_len].parse::<u32>() {
+                Ok(line) if line_len > 0 => {
+                    let path = rendered.path_at(line).cloned().unwrap_or_default();
+                    out.push_str(&path.display("spec.workflow"));
+                    rest = &after[line_len + col_len..];
+                }
+                _ => {
+                    out.push_str(&prefix);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
     }
 
     /// A data problem's message, with a note on `spec.data` keys kubectl may have made from

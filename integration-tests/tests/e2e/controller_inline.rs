@@ -75,6 +75,28 @@ spec:
             && m.contains("probably an unquoted y, yes or on in the manifest"),
         "{m}"
     );
+    // A step that fails when run: its error names the step's field too.
+    cluster.apply(
+        "\
+apiVersion: lyra.dev/v1alpha1
+kind: Workflow
+metadata:
+  name: failing-step
+  namespace: default
+spec:
+  workflow:
+    steps:
+      wait:
+        resource: Time::Sleep
+        value:
+          create_duration: soon
+",
+    );
+    let wf = cluster.wait_until_status("failing-step", Duration::from_secs(60), |wf| {
+        wf["status"]["steps"][0]["lastError"].is_string()
+    });
+    let error = wf["status"]["steps"][0]["lastError"].as_str().unwrap_or_default();
+    assert!(error.starts_with("spec.workflow.steps.wait: Time::Sleep: "), "{wf:#}");
     // `kubectl get` shows where, too.
     let table = cluster.kubectl.ok(&["get", "wf", "unknown-ref"]);
     assert!(table.contains("spec.workflow.steps.web.value.input.port"), "{table}");

@@ -337,8 +337,15 @@ async fn a_held_lease_is_waited_out_until_its_expiry_naming_the_holder() {
         panic!("the lease is free")
     };
     let j = job("x", "pair", 1, json!({"greeting": "hi"}));
-    // Not an error, and no backoff: the retry comes just after the lease expires.
+    // Not an error, and no backoff: the retry comes just after the lease expires (here, in a
+    // minute), or sooner, polling in case it is released.
     let Next::Requeue(after) = rt.apply(&j, None, &r).await.unwrap() else {
+        panic!("expected a requeue")
+    };
+    assert_eq!(after, rt.settings.lease_poll);
+    let mut patient = h.runtime();
+    patient.settings.lease_poll = Duration::from_secs(3600);
+    let Next::Requeue(after) = patient.apply(&j, None, &Recorded::default()).await.unwrap() else {
         panic!("expected a requeue")
     };
     let expected = until_expiry(lease.expires, now_ms());
@@ -358,10 +365,10 @@ async fn a_held_lease_is_waited_out_until_its_expiry_naming_the_holder() {
         "{message}"
     );
     assert_eq!(r.reasons(), ["Locked"], "one event, and no run started");
-    // The reconcile its status write triggers waits for the expiry too, and writes nothing.
+    // The reconcile its status write triggers waits too, and writes nothing.
     let writes = r.writes();
     match rt.apply(&j, Some(&s), &r).await {
-        Ok(Next::Requeue(d)) => assert!(d <= after),
+        Ok(Next::Requeue(d)) => assert!(d <= rt.settings.lease_poll),
         other => panic!("expected a wait, got {other:?}"),
     }
     assert_eq!(r.writes(), writes);
@@ -633,4 +640,89 @@ async fn cleanup_runs_once_per_object_and_a_recreated_name_starts_afresh() {
 async fn runs(h: &Harness, deployment: &str) -> Vec<&'static str> {
     let history = h.store.history(deployment).await.unwrap();
     history.iter().map(|r| r.operation.as_str()).collect()
+}
+
+#[tokio::test]
+async fn step_errors_in_an_inline_workflow_name_the_field() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let mut j = job("inline", "unused", 1, json!({}));
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        body: json!({"steps": {"wait": {"resource": "Time::Sleep", "value": {"create_duration": "soon"}}}}),
+    });
+    assert!(rt.apply(&j, None, &r).await.is_err());
+    let s = r.last();
+    let error = s.steps[0].last_error.clone().unwrap();
+    assert!(
+        error.starts_with("spec.workflow.steps.wait: Time::Sleep: ") && !error.contains("ns/inline"),
+        "{error}"
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .starts_with("step wait: spec.workflow.steps.wait: "),
+        "{:?}",
+        s.message
+    );
+    let notes = r.notes.lock().unwrap();
+    let failed = notes.iter().find(|n| n.reason == "StepFailed").unwrap();
+    assert!(
+        failed.message.contains("spec.workflow.steps.wait: Time::Sleep"),
+        "{failed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_delete_waits_for_a_held_lease_too() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = job("c", "cloud", 1, json!({}));
+    rt.apply(&j, None, &r).await.unwrap();
+    let request = lyra_core::state::LeaseRequest {
+        deployment: "k8s/ns/c".into(),
+        owner: "alice@laptop".into(),
+        operation: "state rm".into(),
+        token: "t".into(),
+        ttl_ms: 60_000,
+    };
+    let LeaseGrant::Acquired(lease) = h.store.acquire_lease(&request).await.unwrap() else {
+        panic!("the lease is free")
+    };
+    assert_eq!(
+        rt.cleanup(&j, Some(&r.last()), &r).await.unwrap(),
+        Next::Requeue(rt.settings.lease_poll)
+    );
+    let s = r.last();
+    assert_eq!(
+        (s.phase, s.lease_holder.as_deref()),
+        (Some(Phase::Deleting), Some("alice@laptop"))
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .contains("alice@laptop is running state rm since")
+    );
+    // Until the next try is due, reconciles wait (no run, nothing written).
+    let writes = r.writes();
+    assert!(matches!(
+        rt.cleanup(&j, Some(&s), &r).await,
+        Err(ReconcileError::Wait(_))
+    ));
+    assert_eq!(r.writes(), writes);
+    h.store.release_lease(&lease).await.unwrap();
+    assert_eq!(h.runtime().cleanup(&j, Some(&s), &r).await.unwrap(), Next::Done);
+    assert!(
+        h.store
+            .load("k8s/ns/c")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+            .resources
+            .is_empty()
+    );
 }
