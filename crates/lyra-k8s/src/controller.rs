@@ -256,10 +256,23 @@ async fn add_finalizer(api: &Api<Workflow>, wf: &Workflow) -> Result<(), Error> 
         {"op": "test", "path": "/metadata/finalizers", "value": test},
         add,
     ]));
-    api.patch(name, &PatchParams::default(), &patch)
-        .await
-        .map_err(Error::AddFinalizer)?;
-    Ok(())
+    let refused = match api.patch(name, &PatchParams::default(), &patch).await {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+        // A failed `test`: the cache was behind (the finalizer may be there already).
+        Err(e @ kube::Error::Api(_)) => e,
+        Err(e) => return Err(Error::AddFinalizer(e)),
+    };
+    match api.get_opt(name).await {
+        Ok(Some(now))
+            if now.metadata.uid.as_deref() == Some(uid) && !now.finalizers().iter().any(|f| f == FINALIZER) =>
+        {
+            Err(Error::AddFinalizer(refused))
+        }
+        // Gone, re-created, or already carrying it: the reconcile on that change does the rest.
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::AddFinalizer(e)),
+    }
 }
 
 /// Removes the finalizer at `index` once cleanup is done. The object being gone already, or

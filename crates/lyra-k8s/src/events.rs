@@ -75,7 +75,7 @@ impl EventPublisher {
         EventPublisher {
             client,
             controller: controller.to_owned(),
-            instance: clip(&instance, INSTANCE_LIMIT),
+            instance: cut(&instance, INSTANCE_LIMIT),
             series: Mutex::new(HashMap::new()),
         }
     }
@@ -89,8 +89,8 @@ impl EventPublisher {
             namespace: namespace.clone(),
             regarding: (regarding.kind.clone(), regarding.name.clone(), regarding.uid.clone()),
             warning: note.warning,
-            reason: clip(&note.reason, REASON_LIMIT),
-            action: clip(&note.action, ACTION_LIMIT),
+            reason: cut(&note.reason, REASON_LIMIT),
+            action: cut(&note.action, ACTION_LIMIT),
             note: clip(&note.message, NOTE_LIMIT),
             related: note.resource.clone(),
         };
@@ -180,6 +180,15 @@ pub fn event_name(object: &str, now: Timestamp) -> String {
     }
     let base = object[..cut].trim_end_matches(['-', '.']);
     format!("{base}-{hash}.{suffix}")
+}
+
+/// An identifier shortened to `max` bytes (no ellipsis: it is a name, not prose).
+fn cut(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
 }
 
 /// FNV-1a, 64 bits: a stable hash (std's is randomly seeded per process).

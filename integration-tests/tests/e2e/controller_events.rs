@@ -53,7 +53,10 @@ fn notes(events: &[Value], reason: &str) -> Vec<String> {
 fn events_describe_their_own_run_even_for_the_longest_names() {
     let cluster = cluster_or_skip!();
     cluster.lyra.write_workflow("greeter", GREETER);
-    let _controller = cluster.controller("c1", &[]);
+    // A replica name (`--identity`, the pod name) longer than an event's reportingInstance
+    // may be (128).
+    let identity = format!("lyra-controller-{}", "p".repeat(150));
+    let _controller = cluster.controller(&identity, &[]);
     // A DNS subdomain as long as object names may be: 253 characters.
     let label = "l".repeat(63);
     let long = format!("{label}.{label}.{label}.{}", "e".repeat(61));
@@ -83,6 +86,8 @@ fn events_describe_their_own_run_even_for_the_longest_names() {
         for e in &events {
             let event_name = e["metadata"]["name"].as_str().unwrap_or_default();
             assert!(event_name.len() <= 253, "{event_name}");
+            let instance = e["reportingInstance"].as_str().unwrap_or_default();
+            assert!(identity.starts_with(instance) && instance.len() == 128, "{instance}");
         }
     }
     // The same note again is one more of the same event, not a new one.
@@ -105,6 +110,6 @@ fn events_describe_their_own_run_even_for_the_longest_names() {
         .collect();
     assert_eq!(no_changes.len(), 1, "{events:#?}");
     assert_eq!(no_changes[0]["series"]["count"], 2, "{events:#?}");
-    let log = cluster.log("c1");
+    let log = cluster.log(&identity);
     assert!(!log.contains("could not publish an event"), "{log}");
 }
