@@ -72,27 +72,35 @@ impl Cluster {
 
     /// Starts a controller in the CLI's working directory with `extra` arguments.
     pub fn controller(&self, tag: &str, extra: &[&str]) -> ControllerProcess {
+        self.controller_logging(tag, extra, "info")
+    }
+
+    /// [`Cluster::controller`] with `RUST_LOG=rust_log`.
+    pub fn controller_logging(&self, tag: &str, extra: &[&str], rust_log: &str) -> ControllerProcess {
         let port = free_port();
         let health = format!("127.0.0.1:{port}");
         let out = std::fs::File::create(self.lyra.path(format!(".controller-{tag}.log"))).expect("log file");
-        let child = Command::new(controller_bin())
-            .args([
-                "--state",
-                &self.state_url,
-                "--workflows",
-                "workflows",
-                "--health-addr",
-                &health,
-                "--lease-ttl",
-                "3s",
-                "--identity",
-                tag,
-            ])
+        let mut cmd = Command::new(controller_bin());
+        cmd.args([
+            "--state",
+            &self.state_url,
+            "--workflows",
+            "workflows",
+            "--health-addr",
+            &health,
+            "--identity",
+            tag,
+        ]);
+        // A short lease by default, so a killed controller does not hold tests up.
+        if !extra.contains(&"--lease-ttl") {
+            cmd.args(["--lease-ttl", "3s"]);
+        }
+        let child = cmd
             .args(extra)
             .current_dir(self.lyra.dir())
             .env("KUBECONFIG", self.emulator.kubeconfig_path())
             .env_remove("LYRA_STATE")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log file"))
             .stderr(out)

@@ -11,6 +11,12 @@ mod e2e {
     mod cli;
     mod compat;
     mod controller;
+    mod controller_deletes;
+    mod controller_events;
+    mod controller_inline;
+    mod controller_limits;
+    mod controller_recovery;
+    mod controller_secrets;
     #[cfg(unix)]
     mod crash;
     mod credentials;

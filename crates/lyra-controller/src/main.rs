@@ -126,6 +126,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut settings = Settings::new(&args.workflows);
     settings.concurrency = args.step_concurrency as usize;
     settings.lease_ttl = args.lease_ttl;
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    settings.instance = Some(identity.clone());
     let runtime = Arc::new(Runtime::new(providers, store, settings, Arc::clone(&metrics)));
 
     let client = kube::Client::try_default()
@@ -151,7 +153,6 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         shutdown.clone(),
     ));
 
-    let identity = args.identity.clone().unwrap_or_else(default_identity);
     let ctx = Arc::new(Context::new(client.clone(), runtime, Some(identity.clone())));
 
     // `stop` ends the controller: on a signal, or when leadership is lost.

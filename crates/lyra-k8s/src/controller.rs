@@ -1,6 +1,11 @@
 //! Wiring the reconcile core to kube-runtime: a `Controller` per watched namespace (or one
 //! for all), the `lyra.dev/cleanup` finalizer, status written with merge patches on the
-//! status subresource, events through `events::Recorder`.
+//! status subresource, events through [`EventPublisher`].
+//!
+//! The finalizer is handled here rather than by kube's `finalizer` helper: removing it must
+//! treat "the object is gone" as success (a reconcile queued before the removal sees the
+//! object as the watch cache last held it), and must never touch a newer object that took
+//! the same name (every finalizer patch tests the uid).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,13 +15,12 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{FINALIZER, Workflow, WorkflowStatus};
+use crate::events::EventPublisher;
 use crate::reconcile::{Job, Next, Note, ReconcileError, ReportError, Reporter, Runtime};
 use crate::status::merge_patch;
 
@@ -25,30 +29,36 @@ pub const MANAGER: &str = "lyra-controller";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("object has no namespace or name")]
+    #[error("object has no namespace, name or uid")]
     Unnamed,
-    #[error(transparent)]
-    Finalizer(Box<finalizer::Error<ReconcileError>>),
+    #[error("failed to apply: {0}")]
+    Apply(#[source] ReconcileError),
+    #[error("failed to clean up: {0}")]
+    Cleanup(#[source] ReconcileError),
+    #[error("failed to add the finalizer: {0}")]
+    AddFinalizer(#[source] kube::Error),
+    #[error("failed to remove the finalizer: {0}")]
+    RemoveFinalizer(#[source] kube::Error),
 }
 
 impl Error {
+    fn reconcile_error(&self) -> Option<&ReconcileError> {
+        match self {
+            Error::Apply(r) | Error::Cleanup(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// When to try again, if the error says.
     fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Error::Finalizer(e) => match e.as_ref() {
-                finalizer::Error::ApplyFailed(r) | finalizer::Error::CleanupFailed(r) => match r {
-                    ReconcileError::Retry { after, .. } | ReconcileError::Wait(after) => Some(*after),
-                    ReconcileError::Report(_) => None,
-                },
-                _ => None,
-            },
-            Error::Unnamed => None,
+        match self.reconcile_error()? {
+            ReconcileError::Retry { after, .. } | ReconcileError::Wait(after) => Some(*after),
+            ReconcileError::Report(_) => None,
         }
     }
 
     fn is_wait(&self) -> bool {
-        matches!(self, Error::Finalizer(e) if matches!(e.as_ref(),
-            finalizer::Error::ApplyFailed(ReconcileError::Wait(_)) | finalizer::Error::CleanupFailed(ReconcileError::Wait(_))))
+        matches!(self.reconcile_error(), Some(ReconcileError::Wait(_)))
     }
 }
 
@@ -56,7 +66,7 @@ impl Error {
 pub struct Context {
     pub client: Client,
     pub runtime: Arc<Runtime>,
-    pub recorder: Recorder,
+    pub events: EventPublisher,
 }
 
 impl std::fmt::Debug for Context {
@@ -70,17 +80,10 @@ impl std::fmt::Debug for Context {
 impl Context {
     /// `instance` names this replica in events (e.g. the pod name).
     pub fn new(client: Client, runtime: Arc<Runtime>, instance: Option<String>) -> Context {
-        let recorder = Recorder::new(
-            client.clone(),
-            kube::runtime::events::Reporter {
-                controller: MANAGER.to_owned(),
-                instance,
-            },
-        );
         Context {
+            events: EventPublisher::new(client.clone(), MANAGER, instance),
             client,
             runtime,
-            recorder,
         }
     }
 }
@@ -169,35 +172,7 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
 
 async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let ns = wf.namespace().ok_or(Error::Unnamed)?;
-    let api: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, wf, |event| async {
-        let (wf, deleting) = match event {
-            finalizer::Event::Apply(wf) => (wf, false),
-            finalizer::Event::Cleanup(wf) => (wf, true),
-        };
-        let Some(job) = Job::from_workflow(&wf) else {
-            return Ok(Action::await_change());
-        };
-        let reporter = KubeReporter {
-            api: api.clone(),
-            name: job.key.name.clone(),
-            recorder: &ctx.recorder,
-            reference: wf.object_ref(&()),
-        };
-        let status = wf.status.as_ref();
-        let next = if deleting {
-            ctx.runtime.cleanup(&job, status, &reporter).await?
-        } else {
-            ctx.runtime.apply(&job, status, &reporter).await?
-        };
-        Ok(match next {
-            Next::Requeue(d) => Action::requeue(d),
-            Next::Done => Action::await_change(),
-        })
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    let result = reconcile_inner(&wf, &ctx).await;
     let label = match &result {
         Ok(_) => "ok",
         Err(e) if e.is_wait() => "waiting",
@@ -205,6 +180,134 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Error
     };
     ctx.runtime.metrics().reconciled(label, started.elapsed());
     result
+}
+
+async fn reconcile_inner(wf: &Workflow, ctx: &Context) -> Result<Action, Error> {
+    let ns = wf.namespace().ok_or(Error::Unnamed)?;
+    let api: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
+    let finalizer_at = wf.finalizers().iter().position(|f| f == FINALIZER);
+    let deleting = wf.metadata.deletion_timestamp.is_some();
+    let finalizer_at = match (finalizer_at, deleting) {
+        // Not ours (any more): nothing to clean up.
+        (None, true) => return Ok(Action::await_change()),
+        // The finalizer goes on before anything is applied; adding it triggers the next
+        // reconcile, which applies.
+        (None, false) => {
+            add_finalizer(&api, wf).await?;
+            return Ok(Action::await_change());
+        }
+        (Some(i), _) => i,
+    };
+    let Some(job) = Job::from_workflow(wf) else {
+        return Err(Error::Unnamed);
+    };
+    let reporter = KubeReporter {
+        api: api.clone(),
+        name: job.key.name.clone(),
+        events: &ctx.events,
+        reference: wf.object_ref(&()),
+    };
+    let status = wf.status.as_ref();
+    if !deleting {
+        let next = ctx.runtime.apply(&job, status, &reporter).await.map_err(Error::Apply)?;
+        return Ok(match next {
+            Next::Requeue(d) => Action::requeue(d),
+            Next::Done => Action::await_change(),
+        });
+    }
+    match ctx
+        .runtime
+        .cleanup(&job, status, &reporter)
+        .await
+        .map_err(Error::Cleanup)?
+    {
+        Next::Done => {
+            remove_finalizer(&api, wf, finalizer_at).await?;
+            Ok(Action::await_change())
+        }
+        Next::Requeue(d) => Ok(Action::requeue(d)),
+    }
+}
+
+/// A JSON patch from its JSON form (kube takes the `json_patch` crate's type).
+fn json_patch(ops: serde_json::Value) -> Patch<()> {
+    Patch::Json(serde_json::from_value(ops).expect("a well-formed JSON patch"))
+}
+
+/// Adds the finalizer, provided the object is still the one seen and nobody changed its
+/// finalizers meanwhile (the apiserver does not deduplicate finalizers).
+async fn add_finalizer(api: &Api<Workflow>, wf: &Workflow) -> Result<(), Error> {
+    let name = wf.metadata.name.as_deref().ok_or(Error::Unnamed)?;
+    let uid = wf.metadata.uid.as_deref().ok_or(Error::Unnamed)?;
+    let finalizers = wf.finalizers();
+    let (test, add) = if finalizers.is_empty() {
+        (
+            serde_json::Value::Null,
+            serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}),
+        )
+    } else {
+        (
+            serde_json::json!(finalizers),
+            serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}),
+        )
+    };
+    let patch = json_patch(serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": "/metadata/finalizers", "value": test},
+        add,
+    ]));
+    let refused = match api.patch(name, &PatchParams::default(), &patch).await {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+        // A failed `test`: the cache was behind (the finalizer may be there already).
+        Err(e @ kube::Error::Api(_)) => e,
+        Err(e) => return Err(Error::AddFinalizer(e)),
+    };
+    match api.get_opt(name).await {
+        Ok(Some(now))
+            if now.metadata.uid.as_deref() == Some(uid) && !now.finalizers().iter().any(|f| f == FINALIZER) =>
+        {
+            Err(Error::AddFinalizer(refused))
+        }
+        // Gone, re-created, or already carrying it: the reconcile on that change does the rest.
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::AddFinalizer(e)),
+    }
+}
+
+/// Removes the finalizer at `index` once cleanup is done. The object being gone already, or
+/// the name now belonging to another object, or the finalizer having been removed by someone
+/// else, all mean the same: this object's finalizer is no longer there, which is the goal.
+async fn remove_finalizer(api: &Api<Workflow>, wf: &Workflow, index: usize) -> Result<(), Error> {
+    let name = wf.metadata.name.as_deref().ok_or(Error::Unnamed)?;
+    let uid = wf.metadata.uid.as_deref().ok_or(Error::Unnamed)?;
+    let path = format!("/metadata/finalizers/{index}");
+    let patch = json_patch(serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": path, "value": FINALIZER},
+        {"op": "remove", "path": path},
+    ]));
+    let refused = match api.patch(name, &PatchParams::default(), &patch).await {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => {
+            tracing::debug!(object = %name, "finalizer: the object is already gone");
+            return Ok(());
+        }
+        // A failed `test`: the object changed since the cache saw it.
+        Err(e @ kube::Error::Api(_)) => e,
+        Err(e) => return Err(Error::RemoveFinalizer(e)),
+    };
+    match api.get_opt(name).await {
+        Ok(None) => Ok(()),
+        Ok(Some(now))
+            if now.metadata.uid.as_deref() != Some(uid) || !now.finalizers().iter().any(|f| f == FINALIZER) =>
+        {
+            Ok(())
+        }
+        // Still ours, at another index: the next reconcile (on that change) removes it.
+        Ok(Some(_)) => Err(Error::RemoveFinalizer(refused)),
+        Err(e) => Err(Error::RemoveFinalizer(e)),
+    }
 }
 
 fn error_policy(_wf: Arc<Workflow>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -218,11 +321,11 @@ fn error_policy(_wf: Arc<Workflow>, error: &Error, _ctx: Arc<Context>) -> Action
 }
 
 /// Reports to the API server: status by merge patch on the status subresource (only the
-/// fields that changed, `null` for the ones removed), events through the recorder.
+/// fields that changed, `null` for the ones removed), events through the publisher.
 struct KubeReporter<'a> {
     api: Api<Workflow>,
     name: String,
-    recorder: &'a Recorder,
+    events: &'a EventPublisher,
     reference: ObjectReference,
 }
 
@@ -240,24 +343,9 @@ impl Reporter for KubeReporter<'_> {
     }
 
     async fn publish(&self, note: Note) {
-        let event = Event {
-            type_: if note.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: note.reason,
-            // The API limits notes to 1 kB.
-            note: Some(note.message.chars().take(1000).collect()),
-            action: note.action,
-            secondary: note.resource.map(|(kind, name)| ObjectReference {
-                kind: Some(kind),
-                name: Some(name),
-                ..ObjectReference::default()
-            }),
-        };
-        if let Err(e) = self.recorder.publish(&event, &self.reference).await {
-            tracing::debug!(object = %self.name, error = %e, "could not publish an event");
+        // Best effort, but never silent: an event the API refused is a bug to see.
+        if let Err(e) = self.events.publish(&note, &self.reference).await {
+            tracing::warn!(object = %self.name, reason = %note.reason, error = %e, "could not publish an event");
         }
     }
 }

@@ -148,13 +148,21 @@ pub struct WorkflowStatus {
     /// Resource steps done / total, e.g. `3/4`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
-    /// One row per resource step of the last run, sorted by name.
+    /// One row per resource step of the last run, sorted by name (failed ones first when
+    /// they do not all fit in the status; see `stepsOmitted`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepStatus>,
+    /// How many step rows were left out to keep the status small (`lyra state show` has
+    /// every resource).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub steps_omitted: i32,
     /// The workflow's returns after the last successful apply; secrets show as `(sensitive)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_object")]
     pub returns: Option<Value>,
+    /// Returns left out of `returns` to keep the status small, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub returns_omitted: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<RunSummary>,
     /// Who holds the deployment's lease while a run is in progress (or, when a run was
@@ -205,6 +213,10 @@ pub struct RunSummary {
     /// What changed: `created 2, updated 1, deleted 0, unchanged 3, failed 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 fn free_object(_: &mut SchemaGenerator) -> Schema {

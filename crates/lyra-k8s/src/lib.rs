@@ -9,6 +9,8 @@
 pub mod controller;
 pub mod crd;
 pub mod data;
+pub mod events;
+pub mod inline;
 pub mod metrics;
 pub mod reconcile;
 pub mod retry;

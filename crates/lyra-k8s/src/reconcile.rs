@@ -19,13 +19,14 @@ use lyra_core::engine::{Engine, EngineError, Quiet};
 use lyra_core::program::Program;
 use lyra_core::provider::Providers;
 use lyra_core::report::{Action, Report, Status};
-use lyra_core::state::{Outcome, StateStore};
+use lyra_core::state::{Lease, Outcome, StateStore};
 use lyra_core::value::Value;
 use lyra_host::LoadPath;
 use lyra_state::lease::{self, HeldLease, LeaseError, LeaseOptions};
 use tokio::sync::watch;
 
 use crate::crd::{DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
+use crate::inline;
 use crate::metrics::Metrics;
 use crate::retry::{Backoff, ErrorClass};
 use crate::status::{self, Verdict, judge};
@@ -69,6 +70,9 @@ pub enum WorkflowRef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub key: ObjectKey,
+    /// The object's `metadata.uid`: what is remembered of a run belongs to one incarnation
+    /// of a name, so a deleted and re-created object starts afresh.
+    pub uid: Option<String>,
     pub generation: Option<i64>,
     /// `Err`: the spec does not say which workflow (a terminal error).
     pub workflow: Result<WorkflowRef, String>,
@@ -95,6 +99,7 @@ impl Job {
             _ => Err("set spec.workflowName (a workflow on the controller's load path) or spec.workflow".to_owned()),
         };
         Some(Job {
+            uid: wf.metadata.uid.clone(),
             generation: wf.metadata.generation,
             workflow,
             data: spec.data.clone(),
@@ -179,12 +184,19 @@ pub struct Settings {
     pub concurrency: usize,
     /// The state lease's time to live (a crashed controller blocks others this long).
     pub lease_ttl: Duration,
+    /// While another holder has a deployment's lease, try again this often (or at its
+    /// expiry, if sooner): a holder that releases early (a CLI run that ends) is noticed
+    /// soon, a crashed one as soon as its lease expires.
+    pub lease_poll: Duration,
     pub backoff: Backoff,
     /// How often an idle object (applied, no refresh interval; or stalled) is looked at
     /// again. Looking is cheap: it runs nothing unless something changed.
     pub idle_requeue: Duration,
     /// At most this many per-resource events per run (the rest are summarised).
     pub max_step_events: usize,
+    /// This replica's name (`--identity`), added to the lease owner so that a refusal
+    /// names the replica holding the lease (`controller/<ns>/<name>@<instance>`).
+    pub instance: Option<String>,
 }
 
 impl Settings {
@@ -193,9 +205,11 @@ impl Settings {
             load_path: load_path.into(),
             concurrency: 16,
             lease_ttl: lease::DEFAULT_TTL,
+            lease_poll: Duration::from_secs(5),
             backoff: Backoff::default(),
             idle_requeue: Duration::from_secs(3600),
             max_step_events: 50,
+            instance: None,
         }
     }
 }
@@ -205,6 +219,7 @@ impl Settings {
 /// (and a lagging cache) never cause a new run or defeat the backoff.
 #[derive(Debug, Clone)]
 struct Memo {
+    uid: Option<String>,
     generation: Option<i64>,
     requested_at: Option<String>,
     at: Instant,
@@ -215,8 +230,34 @@ struct Memo {
 enum MemoOutcome {
     Applied,
     Stalled,
-    Failed { attempts: u32, next_at: Instant },
-    DeleteFailed { attempts: u32, next_at: Instant },
+    Failed {
+        attempts: u32,
+        next_at: Instant,
+    },
+    DeleteFailed {
+        attempts: u32,
+        next_at: Instant,
+    },
+    /// Refused the deployment's lease: try again when it expires. Not a failure, so the
+    /// backoff's attempt count is only carried over, not increased.
+    Locked {
+        attempts: u32,
+        next_at: Instant,
+    },
+    /// Cleanup finished. A reconcile queued before the finalizer went may still bring the
+    /// object, as the watch cache last saw it; this tombstone makes it a no-op instead of a
+    /// second (empty) delete run.
+    Deleted,
+}
+
+/// How long a tombstone is kept: far longer than a watch cache lags.
+const TOMBSTONE_TTL: Duration = Duration::from_secs(600);
+
+impl Memo {
+    /// Whether this memo is about the job's object: the same incarnation of the name.
+    fn is_for(&self, job: &Job) -> bool {
+        self.uid == job.uid
+    }
 }
 
 /// Whether to run now.
@@ -314,10 +355,15 @@ impl Runtime {
         *self.shutdown.borrow()
     }
 
-    /// Forgets what is remembered of a deleted object.
-    pub fn forget(&self, key: &ObjectKey) {
-        self.memo.lock().expect("memo lock").remove(&key.deployment());
-        self.metrics.phase(&key.deployment(), None);
+    /// Remembers that the object's cleanup is done (see [`MemoOutcome::Deleted`]), and
+    /// drops tombstones old enough that no reconcile can still be about them.
+    fn forget(&self, job: &Job) {
+        {
+            let mut memo = self.memo.lock().expect("memo lock");
+            memo.retain(|_, m| !(m.outcome == MemoOutcome::Deleted && m.at.elapsed() > TOMBSTONE_TTL));
+        }
+        self.remember(job, MemoOutcome::Deleted);
+        self.metrics.phase(&job.key.deployment(), None);
     }
 
     /// Brings the object's deployment to its workflow (or decides nothing needs doing).
@@ -363,26 +409,40 @@ impl Runtime {
 
         // Load and validate before touching anything: bad input is terminal.
         let mut sources = Sources::default();
-        let (name, program) = match self.load(job, &mut sources) {
+        let mut origin = Origin::of(job);
+        let (name, program) = match self.load(job, &mut sources, &mut origin) {
             Ok(loaded) => loaded,
             Err((reason, message)) => return self.stall(job, t, reason, message).await,
         };
         let data = match crate::data::expand(job.data.as_ref()) {
             Ok(d) => d,
-            Err(m) => return self.stall(job, t, "InvalidData", m).await,
+            Err(m) => return self.stall(job, t, "InvalidData", origin.with_data_notes(m)).await,
         };
         let deployment = job.key.deployment();
         let owner = job.key.owner();
         t.status.workflow = Some(name.clone());
         t.status.deployment = Some(deployment.clone());
-        t.status.lease_holder = Some(owner.clone());
+        let cancel = Arc::new(AtomicBool::new(false));
+        let held = match self.take_lease(job, "apply", &cancel).await {
+            Ok(held) => held,
+            Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, false).await,
+            Err(Refusal::Store(message)) => {
+                return self
+                    .retry(job, t, "StateUnavailable", message, Phase::Failed, false)
+                    .await;
+            }
+        };
+        t.status.lease_holder = Some(held.lease().owner.clone());
         judge(
             &mut t.status,
             &Verdict::Running { deleting: false },
             job.generation,
             &now,
         );
-        t.flush().await?;
+        if let Err(e) = t.flush().await {
+            let _ = release(&self.store, held).await;
+            return Err(e);
+        }
         t.reporter
             .publish(note(
                 false,
@@ -392,19 +452,6 @@ impl Runtime {
             ))
             .await;
 
-        let cancel = Arc::new(AtomicBool::new(false));
-        let held = match self.take_lease(job, "apply", &cancel).await {
-            Ok(held) => held,
-            Err((holder, message)) => {
-                t.status.lease_holder = holder;
-                let phase = if t.written.last_run.is_some() {
-                    Phase::Failed
-                } else {
-                    Phase::Pending
-                };
-                return self.retry(job, t, "Locked", message, phase, false).await;
-            }
-        };
         let forward = self.forward_shutdown(&cancel);
         let engine = Engine {
             providers: &self.providers,
@@ -419,10 +466,11 @@ impl Runtime {
         let kept = release(&self.store, held).await;
         t.status.lease_holder = None;
 
-        let report = match result {
+        let mut report = match result {
             Ok(r) => r,
             Err(EngineError::Input(d)) => {
-                return self.stall(job, t, "InvalidData", diagnostics_text(&d, &sources)).await;
+                let message = origin.with_data_notes(diagnostics_text(&d, &sources, &origin));
+                return self.stall(job, t, "InvalidData", message).await;
             }
             Err(EngineError::Store(e)) => {
                 return self
@@ -437,10 +485,16 @@ impl Runtime {
                     .await;
             }
         };
+        // Step errors name the place in the workflow: for an inline one, its field path.
+        for step in &mut report.steps {
+            if let Some(e) = step.error.as_mut() {
+                *e = origin.rewrite(e);
+            }
+        }
         self.record_run(t, &report, true);
         self.step_events(t.reporter, &report).await;
         if report.outcome == Outcome::Succeeded && kept {
-            t.status.returns = status::masked_returns(&report);
+            (t.status.returns, t.status.returns_omitted) = status::fit_returns(&report, status::RETURNS_BUDGET);
             t.status.last_handled_reconcile_at = job.requested_at.clone();
             judge(&mut t.status, &Verdict::Applied, job.generation, &now);
             self.remember(job, MemoOutcome::Applied);
@@ -480,8 +534,8 @@ impl Runtime {
         let mut t = Tracker::new(current, reporter);
         let result = self.cleanup_inner(job, &mut t).await;
         match &result {
-            Ok(_) => self.forget(&job.key),
-            Err(_) => self.metrics.phase(&job.key.deployment(), t.written.phase),
+            Ok(Next::Done) => self.forget(job),
+            _ => self.metrics.phase(&job.key.deployment(), t.written.phase),
         }
         result
     }
@@ -489,31 +543,32 @@ impl Runtime {
     async fn cleanup_inner(&self, job: &Job, t: &mut Tracker<'_>) -> Result<Next, ReconcileError> {
         let now = Time(Timestamp::now());
         let deployment = job.key.deployment();
-        if let Some(m) = self.memo.lock().expect("memo lock").get(&deployment)
-            && let MemoOutcome::DeleteFailed { next_at, .. } = m.outcome
-            && next_at > Instant::now()
-        {
-            return Err(ReconcileError::Wait(next_at - Instant::now()));
+        let memo = self.memo.lock().expect("memo lock").get(&deployment).cloned();
+        if let Some(m) = memo.filter(|m| m.is_for(job)) {
+            match m.outcome {
+                // Already cleaned up: this reconcile is about the object as a lagging
+                // cache still holds it. Only the finalizer may be left to remove.
+                MemoOutcome::Deleted => return Ok(Next::Done),
+                MemoOutcome::DeleteFailed { next_at, .. } | MemoOutcome::Locked { next_at, .. }
+                    if next_at > Instant::now() =>
+                {
+                    return Err(ReconcileError::Wait(next_at - Instant::now()));
+                }
+                _ => {}
+            }
         }
         if self.shutting_down() {
             return Err(ReconcileError::Wait(Duration::from_secs(1)));
         }
         let owner = job.key.owner();
-        t.status.lease_holder = Some(owner.clone());
-        t.status.deployment = Some(deployment.clone());
-        judge(
-            &mut t.status,
-            &Verdict::Running { deleting: true },
-            job.generation,
-            &now,
-        );
-        t.flush().await?;
         let cancel = Arc::new(AtomicBool::new(false));
         let held = match self.take_lease(job, "delete", &cancel).await {
             Ok(held) => held,
-            Err((holder, message)) => {
-                t.status.lease_holder = holder;
-                return self.retry(job, t, "Locked", message, Phase::Deleting, false).await;
+            Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, true).await,
+            Err(Refusal::Store(message)) => {
+                return self
+                    .retry(job, t, "StateUnavailable", message, Phase::Deleting, false)
+                    .await;
             }
         };
         if job.deletion_policy == DeletionPolicy::Orphan {
@@ -535,7 +590,6 @@ impl Runtime {
                     Ok(Next::Done)
                 }
                 Err(e) => {
-                    t.status.lease_holder = None;
                     self.retry(
                         job,
                         t,
@@ -547,6 +601,41 @@ impl Runtime {
                     .await
                 }
             };
+        }
+        // Under the lease, the state says whether there is anything to delete. Nothing (never
+        // applied, or cleaned up by a run whose finalizer removal did not happen): no run,
+        // no history entry, only the finalizer to remove.
+        match self.store.load(&deployment).await {
+            Ok(state) if state.as_ref().is_none_or(|s| s.resources.is_empty()) => {
+                let _ = release(&self.store, held).await;
+                return Ok(Next::Done);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let _ = release(&self.store, held).await;
+                return self
+                    .retry(
+                        job,
+                        t,
+                        "StateUnavailable",
+                        format!("state store: {e}"),
+                        Phase::Deleting,
+                        true,
+                    )
+                    .await;
+            }
+        }
+        t.status.lease_holder = Some(held.lease().owner.clone());
+        t.status.deployment = Some(deployment.clone());
+        judge(
+            &mut t.status,
+            &Verdict::Running { deleting: true },
+            job.generation,
+            &now,
+        );
+        if let Err(e) = t.flush().await {
+            let _ = release(&self.store, held).await;
+            return Err(e);
         }
         t.reporter
             .publish(note(
@@ -620,7 +709,14 @@ impl Runtime {
     }
 
     /// Resolves and validates the workflow. `Err((reason, message))` is terminal.
-    fn load(&self, job: &Job, sources: &mut Sources) -> Result<(String, Program), (&'static str, String)> {
+    /// An inline workflow is rendered to YAML (see [`crate::inline`]); `origin` then says how
+    /// its positions map back to the object.
+    fn load(
+        &self,
+        job: &Job,
+        sources: &mut Sources,
+        origin: &mut Origin,
+    ) -> Result<(String, Program), (&'static str, String)> {
         let (name, main) = match &job.workflow {
             Err(m) => return Err(("InvalidSpec", m.clone())),
             // The name is checked and resolved strictly inside the load path: a refused file
@@ -630,7 +726,7 @@ impl Runtime {
                 // Exists but is unreadable or not UTF-8: say so, at the offending byte.
                 Err(e @ lyra_host::LookupError::Read { .. }) => {
                     let d = e.diagnostics(sources);
-                    return Err(("InvalidWorkflow", diagnostics_text(&d, sources)));
+                    return Err(("InvalidWorkflow", diagnostics_text(&d, sources, origin)));
                 }
                 Err(e @ lyra_host::LookupError::NotFound { .. }) => {
                     return Err((
@@ -644,27 +740,31 @@ impl Runtime {
                 if !body.is_object() {
                     return Err(("InvalidSpec", "spec.workflow must be a mapping (a workflow)".to_owned()));
                 }
-                // Rendered back to YAML so diagnostics point at lines that look like the spec.
-                let text = serde_saphyr::to_string(body)
-                    .map_err(|e| ("InvalidSpec", format!("spec.workflow cannot be rendered: {e}")))?;
-                let path = format!("{}/{} spec.workflow", job.key.namespace, job.key.name);
-                (name.clone(), (path, text))
+                let rendered = inline::render(body);
+                let file = format!("{}/{} spec.workflow", job.key.namespace, job.key.name);
+                let text = rendered.text.clone();
+                origin.inline = Some((file.clone(), rendered));
+                (name.clone(), (file, text))
             }
         };
         lyra_host::load_program(&name, main, &self.load_path, self.providers.schemas(), sources)
             .map(|p| (name, p))
-            .map_err(|d| ("InvalidWorkflow", diagnostics_text(&d, sources)))
+            .map_err(|d| ("InvalidWorkflow", diagnostics_text(&d, sources, origin)))
     }
 
-    /// Takes the deployment's lease. `Err((holder, message))` when refused.
-    async fn take_lease(
-        &self,
-        job: &Job,
-        operation: &str,
-        cancel: &Arc<AtomicBool>,
-    ) -> Result<HeldLease, (Option<String>, String)> {
+    /// Who holds a deployment's lease while this runtime runs it: the object's actor name,
+    /// and this replica's, so a refusal says which replica holds it.
+    fn lease_owner(&self, job: &Job) -> String {
+        match &self.settings.instance {
+            Some(instance) => format!("{}@{instance}", job.key.owner()),
+            None => job.key.owner(),
+        }
+    }
+
+    /// Takes the deployment's lease, or says who holds it.
+    async fn take_lease(&self, job: &Job, operation: &str, cancel: &Arc<AtomicBool>) -> Result<HeldLease, Refusal> {
         let options = LeaseOptions {
-            owner: job.key.owner(),
+            owner: self.lease_owner(job),
             operation: operation.to_owned(),
             ttl: self.settings.lease_ttl,
             wait: None,
@@ -676,10 +776,81 @@ impl Runtime {
             Arc::clone(cancel),
         )
         .await
-        .map_err(|e| match &e {
-            LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => (Some(h.owner.clone()), e.to_string()),
-            LeaseError::Store(_) => (None, format!("state store: {e}")),
+        .map_err(|e| match e {
+            LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => Refusal::Held(h),
+            LeaseError::Store(_) => Refusal::Store(format!("state store: {e}")),
         })
+    }
+
+    /// Someone else holds the deployment's lease (the CLI, or a crashed replica whose lease
+    /// has not expired yet). Not an error to back off from: the run is tried again just after
+    /// the lease expires (or sooner, every `lease_poll`, in case it is released), and
+    /// meanwhile the status names the holder and the expiry.
+    async fn wait_for_lease(
+        &self,
+        job: &Job,
+        t: &mut Tracker<'_>,
+        holder: &Lease,
+        deleting: bool,
+    ) -> Result<Next, ReconcileError> {
+        let now = Time(Timestamp::now());
+        let after = until_expiry(holder.expires, now_ms()).min(self.settings.lease_poll);
+        let message = format!(
+            "waiting for the lease of deployment {}: {}; retrying then",
+            holder.deployment,
+            lease::describe(holder)
+        );
+        t.status.lease_holder = Some(holder.owner.clone());
+        judge(
+            &mut t.status,
+            &Verdict::WaitingForLease {
+                message: message.clone(),
+                deleting,
+            },
+            job.generation,
+            &now,
+        );
+        let previous = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
+        let (attempts, already_waiting) = match previous.filter(|m| m.is_for(job) && m.generation == job.generation) {
+            Some(Memo {
+                outcome: MemoOutcome::Failed { attempts, .. } | MemoOutcome::DeleteFailed { attempts, .. },
+                ..
+            }) => (attempts, false),
+            Some(Memo {
+                outcome: MemoOutcome::Locked { attempts, .. },
+                ..
+            }) => (attempts, true),
+            _ => (0, false),
+        };
+        self.remember(
+            job,
+            MemoOutcome::Locked {
+                attempts,
+                next_at: Instant::now() + after,
+            },
+        );
+        if already_waiting {
+            tracing::debug!(deployment = %holder.deployment, holder = %holder.owner, "the deployment's lease is still held");
+        } else {
+            tracing::info!(
+                deployment = %holder.deployment,
+                holder = %holder.owner,
+                expires = %lease::utc(holder.expires),
+                "the deployment's lease is held; retrying when it expires"
+            );
+        }
+        t.flush().await?;
+        if !already_waiting {
+            t.reporter
+                .publish(note(
+                    false,
+                    status::LOCKED,
+                    if deleting { "Delete" } else { "Apply" },
+                    message,
+                ))
+                .await;
+        }
+        Ok(Next::Requeue(after))
     }
 
     /// Sets `cancel` when the runtime shuts down, until aborted.
@@ -696,8 +867,11 @@ impl Runtime {
     /// Step rows, progress and the last run's summary from a report.
     fn record_run(&self, t: &mut Tracker<'_>, report: &Report, apply: bool) {
         if apply {
-            t.status.steps = status::step_rows(&t.status.steps, report);
-            t.status.progress = Some(status::progress(&t.status.steps));
+            let rows = status::step_rows(&t.status.steps, report);
+            t.status.progress = Some(status::progress(&rows));
+            let (rows, omitted) = status::fit_rows(rows, status::STEP_ROWS_BUDGET);
+            t.status.steps = rows;
+            t.status.steps_omitted = i32::try_from(omitted).unwrap_or(i32::MAX);
         }
         t.status.last_run = Some(RunSummary {
             id: report.run,
@@ -773,6 +947,7 @@ impl Runtime {
         self.memo.lock().expect("memo lock").insert(
             job.key.deployment(),
             Memo {
+                uid: job.uid.clone(),
                 generation: job.generation,
                 requested_at: job.requested_at.clone(),
                 at: Instant::now(),
@@ -823,8 +998,10 @@ impl Runtime {
         let deleting = phase == Phase::Deleting;
         let previous = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
         let attempts = match previous {
-            Some(m) if m.generation == job.generation => match m.outcome {
-                MemoOutcome::Failed { attempts, .. } | MemoOutcome::DeleteFailed { attempts, .. } => attempts + 1,
+            Some(m) if m.is_for(job) && m.generation == job.generation => match m.outcome {
+                MemoOutcome::Failed { attempts, .. }
+                | MemoOutcome::DeleteFailed { attempts, .. }
+                | MemoOutcome::Locked { attempts, .. } => attempts + 1,
                 _ => 1,
             },
             _ => 1,
@@ -890,11 +1067,15 @@ fn decide(
         Some(r) if elapsed >= r => Decision::Run,
         Some(r) => Decision::Wait(r - elapsed),
     };
-    if let Some(m) = memo.filter(|m| m.generation == job.generation && m.requested_at == job.requested_at) {
+    if let Some(m) =
+        memo.filter(|m| m.is_for(job) && m.generation == job.generation && m.requested_at == job.requested_at)
+    {
         return match m.outcome {
             MemoOutcome::Applied => refreshed(now.saturating_duration_since(m.at)),
-            MemoOutcome::Stalled => Decision::Idle,
-            MemoOutcome::Failed { next_at, .. } | MemoOutcome::DeleteFailed { next_at, .. } => {
+            MemoOutcome::Stalled | MemoOutcome::Deleted => Decision::Idle,
+            MemoOutcome::Failed { next_at, .. }
+            | MemoOutcome::DeleteFailed { next_at, .. }
+            | MemoOutcome::Locked { next_at, .. } => {
                 if now >= next_at {
                     Decision::Run
                 } else {
@@ -944,18 +1125,137 @@ pub fn parse_interval(s: Option<&str>) -> Result<Option<Duration>, String> {
     }
 }
 
-/// Every diagnostic as `file:line:col: message`, one per line.
-pub fn diagnostics_text(d: &Diagnostics, sources: &Sources) -> String {
-    d.iter()
+/// Where a job's input came from, to say where a problem is: the inline workflow's rendering
+/// (positions map to field paths), and the keys kubectl may have made from YAML 1.1 booleans.
+#[derive(Debug, Default)]
+pub struct Origin {
+    /// The inline workflow's name in `Sources`, and its rendering.
+    inline: Option<(String, inline::InlineSource)>,
+    /// Boolean-looking keys in `spec.workflow` and in `spec.data`.
+    workflow_booleans: Vec<inline::FieldPath>,
+    data_booleans: Vec<inline::FieldPath>,
+}
+
+impl Origin {
+    fn of(job: &Job) -> Origin {
+        Origin {
+            inline: None,
+            workflow_booleans: match &job.workflow {
+                Ok(WorkflowRef::Inline { body, .. }) => inline::boolean_keys(body),
+                _ => Vec::new(),
+            },
+            data_booleans: job.data.as_ref().map(inline::boolean_keys).unwrap_or_default(),
+        }
+    }
+
+    /// A diagnostic's place: a field path for the inline workflow, else `file:line:col`.
+    fn locate(&self, span: lyra_core::diag::Span, sources: &Sources) -> (String, Option<inline::FieldPath>) {
+        if let Some((file, rendered)) = &self.inline
+            && sources.get(span.file).is_some_and(|f| &f.name == file)
+        {
+            let path = rendered.path_at(span.line).cloned().unwrap_or_default();
+            return (path.display("spec.workflow"), Some(path));
+        }
+        (sources.location(span), None)
+    }
+
+    /// `text` with every `<inline file>:line:col` (the engine's step errors carry them)
+    /// replaced by that line's field path.
+    fn rewrite(&self, text: &str) -> String {
+        let Some((file, rendered)) = &self.inline else {
+            return text.to_owned();
+        };
+        let prefix = format!("{file}:");
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find(&prefix) {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + prefix.len()..];
+            let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let line_len = digits(after);
+            let col_len = after[line_len..].strip_prefix(':').map_or(0, |cols| digits(cols) + 1);
+            match after[..line_len].parse::<u32>() {
+                Ok(line) if line_len > 0 => {
+                    let path = rendered.path_at(line).cloned().unwrap_or_default();
+                    out.push_str(&path.display("spec.workflow"));
+                    rest = &after[line_len + col_len..];
+                }
+                _ => {
+                    out.push_str(&prefix);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// A data problem's message, with a note on `spec.data` keys kubectl may have made from
+    /// YAML 1.1 booleans (a `lookup: y` then finds nothing under `y`).
+    fn with_data_notes(&self, message: String) -> String {
+        match booleans_note("spec.data", &self.data_booleans) {
+            Some(note) => format!("{message}\n{note}"),
+            None => message,
+        }
+    }
+}
+
+/// `note: ...` naming the boolean-looking keys under `root`, if any.
+fn booleans_note(root: &str, keys: &[inline::FieldPath]) -> Option<String> {
+    let first = keys.first()?.boolean_keys().last()?.to_owned();
+    let mut paths: Vec<String> = keys.iter().take(5).map(|p| p.display(root)).collect();
+    if keys.len() > 5 {
+        paths.push(format!("and {} more", keys.len() - 5));
+    }
+    Some(format!("note: {}: {}", paths.join(", "), inline::yaml11_hint(&first)))
+}
+
+/// Every diagnostic as `place: message`, one per line: `file:line:col` in workflow files, the
+/// field path (`spec.workflow.steps.web.value.port`) in an inline workflow.
+pub fn diagnostics_text(d: &Diagnostics, sources: &Sources, origin: &Origin) -> String {
+    let mut noted = false;
+    let mut lines: Vec<String> = d
+        .iter()
         .map(|d| {
-            let mut s = format!("{}: {}", sources.location(d.span), d.message);
+            let (place, path) = origin.locate(d.span, sources);
+            let mut s = format!("{place}: {}", d.message);
             if let Some(h) = &d.help {
                 s.push_str(&format!(" (help: {h})"));
             }
+            if let Some(key) = path.as_ref().and_then(|p| p.boolean_keys().last()) {
+                s.push_str(&format!(" (note: {})", inline::yaml11_hint(key)));
+                noted = true;
+            }
             s
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    // A key turned into "true" may break something elsewhere (a `$y` that now names nothing).
+    if !noted && let Some(note) = booleans_note("spec.workflow", &origin.workflow_booleans) {
+        lines.push(note);
+    }
+    lines.join("\n")
+}
+
+/// Why a lease was not taken.
+enum Refusal {
+    Held(Lease),
+    Store(String),
+}
+
+/// The wall clock in Unix milliseconds (what lease expiries are measured in).
+fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// How long to wait for a lease expiring at `expires`: until just after it, and never less
+/// than a second (the store's clock may run behind ours; the retry then simply comes again).
+fn until_expiry(expires: i64, now: i64) -> Duration {
+    const SLACK: Duration = Duration::from_millis(250);
+    let left = Duration::from_millis(u64::try_from(expires.saturating_sub(now)).unwrap_or(0));
+    (left + SLACK).max(Duration::from_secs(1))
 }
 
 async fn release(store: &Arc<dyn StateStore>, held: HeldLease) -> bool {

@@ -11,6 +11,20 @@ use crate::crd::{Phase, StepStatus, WorkflowStatus};
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
+/// The reason of the conditions while another holder has the deployment's lease.
+pub const LOCKED: &str = "Locked";
+
+// What the status may hold. An object is limited to about 1.5 MiB (etcd's request limit), and
+// the status shares it with the spec; these keep the status at a few hundred KiB whatever
+// the workflow returns or however many steps it has. What is left out is said in the status.
+/// The workflow's returns, serialized.
+pub const RETURNS_BUDGET: usize = 64 * 1024;
+/// The step rows, serialized.
+pub const STEP_ROWS_BUDGET: usize = 128 * 1024;
+/// One step's error.
+pub const STEP_ERROR_LIMIT: usize = 1024;
+/// One condition's message (all the diagnostics of an invalid workflow, say).
+pub const CONDITION_MESSAGE_LIMIT: usize = 4 * 1024;
 
 /// How a reconcile left the object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +45,9 @@ pub enum Verdict {
         message: String,
         phase: Phase,
     },
+    /// Another holder has the deployment's lease; the run starts when it expires or is
+    /// released. Not a failure: an applied object stays `Ready` meanwhile.
+    WaitingForLease { message: String, deleting: bool },
     /// `spec.suspend` is true.
     Suspended,
 }
@@ -40,6 +57,7 @@ pub enum Verdict {
 pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<i64>, now: &Time) {
     let ready_before = is_true(status, READY);
     let same_generation = status.observed_generation == generation && status.observed_generation.is_some();
+    let left_out = omissions(status);
     let mut set = |type_: &str, value: bool, reason: &str, message: &str| {
         set_condition(&mut status.conditions, type_, value, reason, message, generation, now);
     };
@@ -63,7 +81,10 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
             (Phase::Deleting, message)
         }
         Verdict::Applied => {
-            let message = "applied".to_owned();
+            let message = match &left_out {
+                Some(left_out) => format!("applied; {left_out}"),
+                None => "applied".to_owned(),
+            };
             set(READY, true, "Applied", &message);
             set(RECONCILING, false, "Applied", "");
             set(STALLED, false, "Applied", "");
@@ -80,6 +101,20 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
             set(RECONCILING, false, reason, "");
             set(STALLED, true, reason, message);
             (*phase, message.clone())
+        }
+        Verdict::WaitingForLease { message, deleting } => {
+            let keeps_ready = ready_before && same_generation && !deleting;
+            if !keeps_ready {
+                set(READY, false, LOCKED, message);
+            }
+            set(RECONCILING, true, LOCKED, message);
+            set(STALLED, false, LOCKED, "");
+            let phase = match (deleting, keeps_ready) {
+                (true, _) => Phase::Deleting,
+                (false, true) => Phase::Ready,
+                (false, false) => Phase::Pending,
+            };
+            (phase, message.clone())
         }
         Verdict::Suspended => {
             let message = "suspended: nothing is applied while spec.suspend is true".to_owned();
@@ -107,11 +142,12 @@ pub fn set_condition(
     now: &Time,
 ) {
     let status = if value { "True" } else { "False" }.to_owned();
+    let message = clip_lines(message, CONDITION_MESSAGE_LIMIT);
     let new = |last_transition_time: Time| Condition {
         type_: type_.to_owned(),
         status: status.clone(),
         reason: reason.to_owned(),
-        message: message.to_owned(),
+        message: message.clone(),
         observed_generation: generation,
         last_transition_time,
     };
@@ -144,6 +180,74 @@ pub fn one_line(message: &str) -> String {
     s
 }
 
+/// `s`, shortened to at most `max` bytes (on a character boundary, ending in `…` when cut):
+/// the API server counts the bytes of what it limits.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    const MORE: &str = "…";
+    let mut cut = max.saturating_sub(MORE.len());
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{MORE}", &s[..cut])
+}
+
+/// `s` shortened to at most `max` bytes at a line end, saying how many lines were left out
+/// (a single line too long is clipped).
+pub fn clip_lines(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let lines: Vec<&str> = s.lines().collect();
+    let mut kept = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let more = format!("\n… and {} more line(s)", lines.len() - i);
+        let separator = if i == 0 { 0 } else { 1 };
+        if kept.len() + separator + line.len() + more.len() > max {
+            if i == 0 {
+                return clip(line, max);
+            }
+            kept.push_str(&more);
+            return kept;
+        }
+        if i > 0 {
+            kept.push('\n');
+        }
+        kept.push_str(line);
+    }
+    kept
+}
+
+/// What the status leaves out to stay small, for the `Ready` message: `None` when nothing.
+fn omissions(status: &WorkflowStatus) -> Option<String> {
+    let mut parts = Vec::new();
+    if !status.returns_omitted.is_empty() {
+        parts.push(format!(
+            "returns left out of the status (over its {} KiB budget): {}",
+            RETURNS_BUDGET / 1024,
+            status.returns_omitted.join(", ")
+        ));
+    }
+    if status.steps_omitted > 0 {
+        parts.push(format!(
+            "{} step row(s) left out of the status (over its {} KiB budget)",
+            status.steps_omitted,
+            STEP_ROWS_BUDGET / 1024
+        ));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let place = status
+        .deployment
+        .as_deref()
+        .map(|d| format!("; every resource's values: lyra state show {d}"))
+        .unwrap_or_default();
+    Some(format!("{}{place}", parts.join("; ")))
+}
+
 /// The step rows after a run: one per resource step the run visited, sorted by name (the
 /// report lists them in finishing order, which would change the status on every run).
 /// Resources the run deleted are gone; `attempts` counts on from the previous rows.
@@ -170,7 +274,7 @@ pub fn step_rows(previous: &[StepStatus], report: &Report) -> Vec<StepStatus> {
                     .or_else(|| before.and_then(|b| b.external_id.clone())),
                 last_action: Some(s.action.as_str().to_owned()),
                 state: s.status.as_str().to_owned(),
-                last_error: s.error.clone(),
+                last_error: s.error.as_deref().map(|e| clip(e, STEP_ERROR_LIMIT)),
                 attempts,
             }
         })
@@ -179,11 +283,62 @@ pub fn step_rows(previous: &[StepStatus], report: &Report) -> Vec<StepStatus> {
     rows
 }
 
+/// The rows that fit in `budget` bytes (serialized), failed ones first, the rest by name;
+/// sorted by name, with how many were left out.
+pub fn fit_rows(rows: Vec<StepStatus>, budget: usize) -> (Vec<StepStatus>, usize) {
+    let size = |r: &StepStatus| serde_json::to_vec(r).map_or(0, |v| v.len() + 1);
+    if rows.iter().map(size).sum::<usize>() <= budget {
+        return (rows, 0);
+    }
+    let total = rows.len();
+    let (failed, rest): (Vec<StepStatus>, Vec<StepStatus>) = rows.into_iter().partition(|r| r.state == "failed");
+    let mut used = 0;
+    let mut kept: Vec<StepStatus> = failed
+        .into_iter()
+        .chain(rest)
+        .filter(|r| {
+            let n = size(r);
+            let fits = used + n <= budget;
+            if fits {
+                used += n;
+            }
+            fits
+        })
+        .collect();
+    kept.sort_by(|a, b| a.name.cmp(&b.name));
+    let omitted = total - kept.len();
+    (kept, omitted)
+}
+
 /// `done/total` over the rows; steps whose `when` guard is off are not work to do.
 pub fn progress(rows: &[StepStatus]) -> String {
     let total = rows.iter().filter(|r| r.state != "guarded-off").count();
     let done = rows.iter().filter(|r| r.state == "done").count();
     format!("{done}/{total}")
+}
+
+/// The workflow's returns with secrets masked, as many as fit in `budget` bytes (in name
+/// order), and the names of those left out.
+pub fn fit_returns(report: &Report, budget: usize) -> (Option<Value>, Vec<String>) {
+    let Some(Value::Object(all)) = masked_returns(report) else {
+        return (None, Vec::new());
+    };
+    let mut names: Vec<&String> = all.keys().collect();
+    names.sort();
+    let mut used = 2;
+    let mut kept = serde_json::Map::new();
+    let mut omitted = Vec::new();
+    for name in names {
+        let n = serde_json::to_vec(&all[name.as_str()]).map_or(0, |v| v.len()) + name.len() + 4;
+        if used + n <= budget {
+            used += n;
+            kept.insert(name.clone(), all[name.as_str()].clone());
+        } else {
+            omitted.push(name.clone());
+        }
+    }
+    let kept = (!kept.is_empty()).then_some(Value::Object(kept));
+    (kept, omitted)
 }
 
 /// The workflow's returns with secrets masked.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -19,6 +20,9 @@ use super::registry::ResourceType;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::table::{self, IncludeObject};
 use super::watch::{self, Rendering, WatchSpec};
+
+/// The apiserver's `MaxRequestBodyBytes`: bodies over 3 MiB are refused before decoding.
+pub const REQUEST_BODY_LIMIT: usize = 3 * 1024 * 1024;
 
 /// A watch without `timeoutSeconds` ends after this long (a real apiserver picks 30-60 min).
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -36,8 +40,15 @@ pub async fn handle(
     uri: Uri,
     Query(params): Query<Params>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return ApiError::request_too_large(REQUEST_BODY_LIMIT).into_response();
+        }
+        Err(e) => return ApiError::bad_request(format!("reading the request body: {e}")).into_response(),
+    };
     match route(&shared, &method, &uri, &params, &headers, &body) {
         Ok(Reply::Json(code, v)) => json_response(code, &v),
         Ok(Reply::Written(code, w, served)) => {

@@ -153,6 +153,21 @@ impl ApiError {
         )
     }
 
+    /// A request body over the apiserver's limit (`MaxRequestBodyBytes`, 3 MiB).
+    pub fn request_too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+
+    /// An object over etcd's request limit: the storage error passes through as an
+    /// unclassified 500 (no reason), so kubectl prints `Error from server: <message>`.
+    pub fn etcd_request_too_large() -> Self {
+        Self::new(500, "", "etcdserver: request is too large")
+    }
+
     /// A watch from a `resourceVersion` the event log no longer holds.
     pub fn expired(requested: u64, oldest: u64) -> Self {
         Self::new(
@@ -169,9 +184,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // `reason` is omitted when unknown (Go's `omitempty`).
+        if !self.reason.is_empty() {
+            s["reason"] = json!(self.reason);
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }
@@ -241,6 +259,16 @@ impl FieldError {
             field: field.into(),
             value: String::new(),
             detail: detail.into(),
+        }
+    }
+
+    /// `Too long: may not be more than <max> bytes` (the value is not shown).
+    pub fn too_long(field: impl Into<String>, max: u64) -> Self {
+        FieldError {
+            kind: FieldErrorKind::TooLong(max),
+            field: field.into(),
+            value: String::new(),
+            detail: String::new(),
         }
     }
 

@@ -5,6 +5,8 @@
 
 use serde_json::{Map, Value};
 
+use super::errors::FieldError;
+
 /// `(core v1 name, events.k8s.io/v1 name)` of every field the two versions name differently;
 /// everything else (`metadata`, `reason`, `type`, `action`, `eventTime`, `series`, `related`,
 /// `reportingInstance`) is shared.
@@ -45,6 +47,63 @@ pub fn to_events_v1(core: &Value) -> Value {
 /// An `events.k8s.io/v1` Event in the stored (core `v1`) form.
 pub fn to_core(ev: &Value) -> Value {
     rename(ev, "v1", RENAMED.iter().map(|&(core, v1)| (v1, core)))
+}
+
+/// Limits the apiserver enforces on `events.k8s.io/v1` writes (bytes, as Go's `len`).
+pub const NOTE_LIMIT: usize = 1024;
+pub const REASON_LIMIT: usize = 128;
+pub const ACTION_LIMIT: usize = 128;
+pub const REPORTING_INSTANCE_LIMIT: usize = 128;
+
+/// The apiserver's strict validation of Events written through `events.k8s.io/v1` (core `v1`
+/// writes only get the lenient legacy checks): required fields and length limits on create;
+/// on update, what identifies the event is immutable (so a series cannot change its note).
+pub fn validate_events_v1(new: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let text = |v: &Value, f: &str| v.get(f).and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut errs = Vec::new();
+    if let Some(old) = old {
+        for field in ["regarding", "reason", "note", "action", "reportingController", "type"] {
+            if new.get(field) != old.get(field) {
+                errs.push(FieldError::invalid(
+                    field,
+                    new.get(field).unwrap_or(&Value::Null),
+                    "field is immutable",
+                ));
+            }
+        }
+        return errs;
+    }
+    if new.get("eventTime").is_none_or(Value::is_null) {
+        errs.push(FieldError::required("eventTime", ""));
+    }
+    let kind = text(new, "type");
+    if kind != "Normal" && kind != "Warning" {
+        errs.push(FieldError::invalid(
+            "type",
+            &Value::String(String::new()),
+            format!("has invalid value: {kind}"),
+        ));
+    }
+    for (field, limit, required) in [
+        ("reportingController", usize::MAX, true),
+        ("reportingInstance", REPORTING_INSTANCE_LIMIT, true),
+        ("action", ACTION_LIMIT, true),
+        ("reason", REASON_LIMIT, true),
+        ("note", NOTE_LIMIT, false),
+    ] {
+        let value = text(new, field);
+        if required && value.is_empty() {
+            errs.push(FieldError::required(field, ""));
+        }
+        if value.len() > limit {
+            errs.push(FieldError::invalid(
+                field,
+                &Value::String(String::new()),
+                format!("can have at most {limit} characters"),
+            ));
+        }
+    }
+    errs
 }
 
 /// The timestamp kubectl's LAST SEEN shows, from either view: the series' last observation,
@@ -138,6 +197,37 @@ mod tests {
         assert_eq!(to_core(&v1)["message"], "real");
         let core = json!({"regarding": {"name": "unknown in core"}});
         assert!(to_events_v1(&core).get("regarding").is_none());
+    }
+
+    #[test]
+    fn events_v1_writes_are_validated_like_the_apiserver_does() {
+        let ok = recorded();
+        assert_eq!(validate_events_v1(&ok, None), []);
+        let mut long = recorded();
+        long["note"] = json!("é".repeat(600));
+        long["reportingInstance"] = json!("i".repeat(129));
+        let errs: Vec<String> = validate_events_v1(&long, None)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errs,
+            [
+                "reportingInstance: Invalid value: \"\": can have at most 128 characters",
+                "note: Invalid value: \"\": can have at most 1024 characters",
+            ]
+        );
+        let mut renoted = recorded();
+        renoted["note"] = json!("something else");
+        let errs = validate_events_v1(&renoted, Some(&ok));
+        assert_eq!(errs.len(), 1);
+        assert_eq!(
+            errs[0].to_string(),
+            "note: Invalid value: \"something else\": field is immutable"
+        );
+        let mut counted = ok.clone();
+        counted["series"]["count"] = json!(3);
+        assert_eq!(validate_events_v1(&counted, Some(&ok)), []);
     }
 
     #[test]

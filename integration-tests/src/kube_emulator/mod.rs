@@ -39,6 +39,12 @@
 //!   Strict` turns unknown fields into 400, `Warn` into `Warning` headers), defaults, and
 //!   validation (see [`schema`]) with field paths in `422 Invalid` errors.
 //! - Background ownerReference garbage collection when an owner is deleted.
+//! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
+//!   `RequestEntityTooLarge`), annotations over 256 KiB in all (422 on `metadata.annotations`,
+//!   which is what stops a `kubectl apply` of a large object: its last-applied annotation),
+//!   and objects over etcd's 1.5 MiB (500 `etcdserver: request is too large`, counted on the
+//!   object's JSON). `events.k8s.io/v1` writes are validated as the apiserver does (required
+//!   fields, length limits, an immutable note).
 //!
 //! # What it does not do
 //! - No authentication, authorization (RBAC), TLS, admission webhooks, ValidatingAdmission
@@ -216,7 +222,7 @@ impl KubeEmulator {
         });
         let app = Router::new()
             .fallback(api::handle)
-            .layer(DefaultBodyLimit::max(3 * 1024 * 1024))
+            .layer(DefaultBodyLimit::max(api::REQUEST_BODY_LIMIT))
             .with_state(shared.clone());
         let mut stop = shared.shutdown.subscribe();
         // Go's net/http (and so the real apiserver) disables Nagle; without that, small watch

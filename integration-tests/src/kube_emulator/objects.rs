@@ -14,6 +14,14 @@ use super::errors::{ApiError, FieldError};
 use super::registry::{Registry, ResourceType, Special};
 use super::store::Store;
 
+/// The most bytes all of an object's annotations may hold, keys included (the apiserver's
+/// `TotalAnnotationSizeLimitB`). kubectl's client-side apply copies the whole object into its
+/// `last-applied-configuration` annotation, so this is what limits a `kubectl apply`.
+pub const ANNOTATIONS_LIMIT: usize = 256 * 1024;
+/// etcd's default `--max-request-bytes` (1.5 MiB): the most a stored object may weigh. The
+/// emulator counts the object's JSON; etcd counts its request, a few bytes more.
+pub const OBJECT_LIMIT: usize = 1536 * 1024;
+
 /// The namespaces a fresh cluster has.
 const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -155,6 +163,24 @@ fn validate_name(rt: &ResourceType, name: &str) -> Option<FieldError> {
     None
 }
 
+fn validate_annotations(obj: &Value) -> Option<FieldError> {
+    let total: usize = obj["metadata"]["annotations"]
+        .as_object()?
+        .iter()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    (total > ANNOTATIONS_LIMIT).then(|| FieldError::too_long("metadata.annotations", ANNOTATIONS_LIMIT as u64))
+}
+
+/// What etcd refuses to store.
+fn check_stored_size(obj: &Value) -> Result<(), ApiError> {
+    let size = serde_json::to_vec(obj).map_or(0, |v| v.len());
+    if size > OBJECT_LIMIT {
+        return Err(ApiError::etcd_request_too_large());
+    }
+    Ok(())
+}
+
 fn random_suffix() -> String {
     const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     uuid::Uuid::new_v4().as_bytes()[..5]
@@ -283,6 +309,9 @@ impl State {
             }
             Special::None => {}
         }
+        if rt.group == "events.k8s.io" {
+            errs.extend(super::events::validate_events_v1(obj, old));
+        }
         if let Some(schema) = rt.version(version).and_then(|v| v.schema.clone()) {
             let unknown = schema.prune(obj, true);
             if !unknown.is_empty() {
@@ -301,6 +330,9 @@ impl State {
             }
             schema.apply_defaults(obj);
             errs.extend(schema.validate(obj));
+        }
+        if let Some(e) = validate_annotations(obj) {
+            errs.insert(0, e);
         }
         if let Some(e) = validate_name(rt, &name) {
             errs.insert(0, e);
@@ -400,6 +432,7 @@ impl State {
                 warnings,
             });
         }
+        check_stored_size(&obj)?;
         let stored = self.put(rt, obj);
         self.after_write(rt, &stored);
         if rt.special == Special::Namespace && self.store.get("serviceaccounts", &name, "default").is_none() {
@@ -567,6 +600,7 @@ impl State {
                 warnings,
             });
         }
+        check_stored_size(&new)?;
         let stored = self.put(rt, new);
         self.after_write(rt, &stored);
         Ok(Written {
@@ -920,6 +954,47 @@ mod tests {
     }
 
     #[test]
+    fn size_limits_are_the_apiservers() {
+        let (mut s, wf) = state_with_crd();
+        let o = WriteOptions::default();
+        let annotated = |bytes: usize| json!({"metadata": {"name": "a", "annotations": {"k": "x".repeat(bytes)}}});
+        let e = s
+            .create(&wf, "v1", "default", annotated(ANNOTATIONS_LIMIT), o)
+            .unwrap_err();
+        assert_eq!(e.code, 422);
+        assert_eq!(
+            e.message,
+            "Workflow.lyra.example.com \"a\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes"
+        );
+        s.create(&wf, "v1", "default", annotated(ANNOTATIONS_LIMIT - 1), o)
+            .unwrap();
+
+        // A big status on an object that fits: etcd refuses the write, the object stays.
+        let status = json!({"status": {"phase": "x".repeat(OBJECT_LIMIT)}});
+        let e = s
+            .patch(
+                &wf,
+                "v1",
+                "default",
+                "a",
+                PatchKind::Merge,
+                &status,
+                Subresource::Status,
+                o,
+            )
+            .unwrap_err();
+        assert_eq!((e.code, e.reason), (500, ""));
+        assert_eq!(e.message, "etcdserver: request is too large");
+        assert_eq!(e.to_status().get("reason"), None);
+        assert!(s.get(&wf, "default", "a").unwrap().get("status").is_none());
+        let cm = s.registry.find("", "v1", "configmaps").unwrap();
+        let big = json!({"metadata": {"name": "b"}, "data": {"k": "x".repeat(OBJECT_LIMIT)}});
+        assert_eq!(s.create(&cm, "v1", "default", big, o).unwrap_err().code, 500);
+        let fits = json!({"metadata": {"name": "b"}, "data": {"k": "x".repeat(OBJECT_LIMIT - 1000)}});
+        s.create(&cm, "v1", "default", fits, o).unwrap();
+    }
+
+    #[test]
     fn json_patch_test_of_missing_member_against_null_passes() {
         let mut doc = json!({"metadata": {}});
         apply_json_patch(
@@ -995,6 +1070,7 @@ mod tests {
         let v1 = s.registry.find("events.k8s.io", "v1", "events").unwrap();
         let o = WriteOptions::default();
         let recorded = json!({"metadata": {"name": "demo.1"}, "reason": "Reconciled", "type": "Normal",
+            "action": "Reconcile", "reportingInstance": "lyra-test-1",
             "note": "workflow is ready", "reportingController": "lyra-test", "eventTime": "2026-01-01T00:00:00.000001Z",
             "regarding": {"kind": "Workflow", "name": "demo", "namespace": "default", "uid": "u-1"}});
         let created = s.create(&v1, "v1", "default", recorded, o).unwrap();

@@ -110,6 +110,7 @@ impl Harness {
 fn job(name: &str, workflow: &str, generation: i64, data: Value) -> Job {
     Job {
         key: ObjectKey::new("ns", name),
+        uid: Some(format!("uid-{name}")),
         generation: Some(generation),
         workflow: Ok(WorkflowRef::Named(workflow.to_owned())),
         data: Some(data),
@@ -246,9 +247,53 @@ async fn an_invalid_inline_workflow_is_reported_with_positions() {
     assert_eq!(condition(&s, STALLED).unwrap().reason, "InvalidWorkflow");
     let m = &condition(&s, STALLED).unwrap().message;
     assert!(
-        m.contains("ns/inline spec.workflow:") && m.contains("Nope::Thing"),
+        m.starts_with("spec.workflow.steps.a.resource: ") && m.contains("Nope::Thing"),
+        "the message names the field, not a line of a copy: {m}"
+    );
+}
+
+#[tokio::test]
+async fn keys_kubectl_made_from_yaml_booleans_are_pointed_out() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    // `y: ...` in the manifest, as kubectl sends it: the key is "true".
+    let mut j = job("inline", "unused", 1, json!({}));
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        body: json!({"steps": {"a": {"resource": "Null::Resource", "value": {"input": 1}, "true": 2}}}),
+    });
+    rt.apply(&j, None, &r).await.unwrap();
+    let m = condition(&r.last(), STALLED).unwrap().message.clone();
+    assert!(
+        m.starts_with("spec.workflow.steps.a.true: ") && m.contains("probably an unquoted y, yes or on"),
         "{m}"
     );
+
+    // The key breaks something elsewhere: a parameter `n` became "false", `$n` names nothing.
+    j.generation = Some(2);
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        body: json!({"parameters": {"false": {"type": "String", "value": "x"}},
+            "steps": {"a": {"resource": "Null::Resource", "value": {"input": "$n"}}}}),
+    });
+    rt.apply(&j, Some(&r.last()), &r).await.unwrap();
+    let m = condition(&r.last(), STALLED).unwrap().message.clone();
+    assert!(
+        m.contains("spec.workflow.steps.a.value.input: ")
+            && m.contains(
+                "note: spec.workflow.parameters.false: the key \"false\" is probably an unquoted n, no or off"
+            ),
+        "{m}"
+    );
+
+    // In spec.data: a lookup of `y` finds nothing, and the message says why.
+    j.generation = Some(3);
+    j.workflow = Ok(WorkflowRef::Named("pair".into()));
+    j.data = Some(json!({"true": "hi"}));
+    rt.apply(&j, Some(&r.last()), &r).await.unwrap();
+    let m = condition(&r.last(), STALLED).unwrap().message.clone();
+    assert!(m.contains("note: spec.data.true: the key \"true\""), "{m}");
 }
 
 #[tokio::test]
@@ -277,44 +322,98 @@ async fn an_inline_workflow_applies() {
 }
 
 #[tokio::test]
-async fn a_held_lease_is_retried_with_backoff_and_names_the_holder() {
+async fn a_held_lease_is_waited_out_until_its_expiry_naming_the_holder() {
     let h = Harness::new().await;
     let rt = h.runtime();
     let r = Recorded::default();
-    let grant = h
-        .store
-        .acquire_lease(&lyra_core::state::LeaseRequest {
-            deployment: "k8s/ns/x".into(),
-            owner: "alice@laptop".into(),
-            operation: "apply".into(),
-            token: "t".into(),
-            ttl_ms: 60_000,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(grant, LeaseGrant::Acquired(_)));
-    let j = job("x", "pair", 1, json!({"greeting": "hi"}));
-    let err = rt.apply(&j, None, &r).await.unwrap_err();
-    let ReconcileError::Retry { after, message } = err else {
-        panic!("expected a retry, got {err:?}")
+    let request = lyra_core::state::LeaseRequest {
+        deployment: "k8s/ns/x".into(),
+        owner: "alice@laptop".into(),
+        operation: "apply".into(),
+        token: "t".into(),
+        ttl_ms: 60_000,
     };
+    let LeaseGrant::Acquired(lease) = h.store.acquire_lease(&request).await.unwrap() else {
+        panic!("the lease is free")
+    };
+    let j = job("x", "pair", 1, json!({"greeting": "hi"}));
+    // Not an error, and no backoff: the retry comes just after the lease expires (here, in a
+    // minute), or sooner, polling in case it is released.
+    let Next::Requeue(after) = rt.apply(&j, None, &r).await.unwrap() else {
+        panic!("expected a requeue")
+    };
+    assert_eq!(after, rt.settings.lease_poll);
+    let mut patient = h.runtime();
+    patient.settings.lease_poll = Duration::from_secs(3600);
+    let Next::Requeue(after) = patient.apply(&j, None, &Recorded::default()).await.unwrap() else {
+        panic!("expected a requeue")
+    };
+    let expected = until_expiry(lease.expires, now_ms());
     assert!(
-        after >= Duration::from_secs(30) && after <= Duration::from_secs(60),
-        "{after:?}"
+        after <= expected && after + Duration::from_secs(2) >= expected && after > Duration::from_secs(55),
+        "{after:?} vs {expected:?}"
     );
-    assert!(message.contains("alice@laptop"), "{message}");
     let s = r.last();
     assert_eq!(s.lease_holder.as_deref(), Some("alice@laptop"));
     assert!(is_true(&s, RECONCILING) && !is_true(&s, STALLED) && !is_true(&s, READY));
     assert_eq!(condition(&s, READY).unwrap().reason, "Locked");
-    // The reconcile its status write triggers waits for the backoff instead of retrying.
+    assert_eq!(s.phase, Some(Phase::Pending));
+    let message = s.message.clone().unwrap();
+    assert!(
+        message.contains("alice@laptop is running apply since")
+            && message.contains(&format!("lease expires {}", lease::utc(lease.expires))),
+        "{message}"
+    );
+    assert_eq!(r.reasons(), ["Locked"], "one event, and no run started");
+    // The reconcile its status write triggers waits too, and writes nothing.
     let writes = r.writes();
     match rt.apply(&j, Some(&s), &r).await {
-        Ok(Next::Requeue(d)) => assert!(d <= after),
+        Ok(Next::Requeue(d)) => assert!(d <= rt.settings.lease_poll),
         other => panic!("expected a wait, got {other:?}"),
     }
     assert_eq!(r.writes(), writes);
     assert!(h.store.load("k8s/ns/x").await.unwrap().is_none(), "nothing ran");
+
+    // Released (or expired): the next try (here by a restarted controller) applies.
+    h.store.release_lease(&lease).await.unwrap();
+    h.runtime().apply(&j, Some(&s), &r).await.unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY) && s.lease_holder.is_none(), "{s:?}");
+
+    // A refresh of an applied object that meets a held lease stays Ready meanwhile.
+    let LeaseGrant::Acquired(_) = h.store.acquire_lease(&request).await.unwrap() else {
+        panic!("the lease is free")
+    };
+    let refresh = Job {
+        requested_at: Some("now".into()),
+        ..j.clone()
+    };
+    rt.apply(&refresh, Some(&s), &r).await.unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY) && is_true(&s, RECONCILING), "{s:?}");
+    assert_eq!(s.phase, Some(Phase::Ready));
+}
+
+#[tokio::test]
+async fn the_lease_names_the_replica_and_the_history_the_object() {
+    let h = Harness::new().await;
+    let mut rt = h.runtime();
+    rt.settings.instance = Some("replica-1".into());
+    let r = Recorded::default();
+    rt.apply(&job("x", "pair", 1, json!({"greeting": "hi"})), None, &r)
+        .await
+        .unwrap();
+    let running = r.statuses.lock().unwrap()[0].clone();
+    assert_eq!(running.lease_holder.as_deref(), Some("controller/ns/x@replica-1"));
+    let history = h.store.history("k8s/ns/x").await.unwrap();
+    assert_eq!(history[0].actor, "controller/ns/x");
+}
+
+#[test]
+fn lease_waits_end_just_after_the_expiry() {
+    assert_eq!(until_expiry(10_000, 4_000), Duration::from_millis(6_250));
+    // Already expired by our clock but not by the store's: soon, not in a hot loop.
+    assert_eq!(until_expiry(4_000, 10_000), Duration::from_secs(1));
 }
 
 #[tokio::test]
@@ -488,4 +587,142 @@ fn intervals_and_jobs_from_objects() {
     );
     wf.metadata.namespace = None;
     assert!(Job::from_workflow(&wf).is_none());
+}
+
+#[tokio::test]
+async fn cleanup_runs_once_per_object_and_a_recreated_name_starts_afresh() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = job("c", "cloud", 1, json!({}));
+    rt.apply(&j, None, &r).await.unwrap();
+    let before_delete = r.last();
+    assert_eq!(rt.cleanup(&j, Some(&before_delete), &r).await.unwrap(), Next::Done);
+    assert_eq!(runs(&h, "k8s/ns/c").await, ["delete", "apply"]);
+    let (writes, notes) = (r.writes(), r.notes.lock().unwrap().len());
+
+    // A reconcile queued before the finalizer went brings the object as the cache last saw
+    // it: nothing runs, nothing is written or published, the finalizer may go.
+    assert_eq!(rt.cleanup(&j, Some(&before_delete), &r).await.unwrap(), Next::Done);
+    // A restarted controller (no memory) finds nothing recorded: the same.
+    assert_eq!(
+        h.runtime().cleanup(&j, Some(&before_delete), &r).await.unwrap(),
+        Next::Done
+    );
+    assert_eq!(
+        runs(&h, "k8s/ns/c").await,
+        ["delete", "apply"],
+        "no second, empty delete run"
+    );
+    assert_eq!((r.writes(), r.notes.lock().unwrap().len()), (writes, notes));
+
+    // The same name, a new object: applied, and deleted again, by the same runtime.
+    let again = Job {
+        uid: Some("uid-c-2".into()),
+        ..j.clone()
+    };
+    rt.apply(&again, None, &r).await.unwrap();
+    assert!(is_true(&r.last(), READY));
+    assert_eq!(rt.cleanup(&again, Some(&r.last()), &r).await.unwrap(), Next::Done);
+    assert_eq!(runs(&h, "k8s/ns/c").await, ["delete", "apply", "delete", "apply"]);
+    assert!(
+        h.store
+            .load("k8s/ns/c")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+            .resources
+            .is_empty()
+    );
+}
+
+/// The operations of a deployment's runs, newest first.
+async fn runs(h: &Harness, deployment: &str) -> Vec<&'static str> {
+    let history = h.store.history(deployment).await.unwrap();
+    history.iter().map(|r| r.operation.as_str()).collect()
+}
+
+#[tokio::test]
+async fn step_errors_in_an_inline_workflow_name_the_field() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let mut j = job("inline", "unused", 1, json!({}));
+    j.workflow = Ok(WorkflowRef::Inline {
+        name: "inline".into(),
+        body: json!({"steps": {"wait": {"resource": "Time::Sleep", "value": {"create_duration": "soon"}}}}),
+    });
+    assert!(rt.apply(&j, None, &r).await.is_err());
+    let s = r.last();
+    let error = s.steps[0].last_error.clone().unwrap();
+    assert!(
+        error.starts_with("spec.workflow.steps.wait: Time::Sleep: ") && !error.contains("ns/inline"),
+        "{error}"
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .starts_with("step wait: spec.workflow.steps.wait: "),
+        "{:?}",
+        s.message
+    );
+    let notes = r.notes.lock().unwrap();
+    let failed = notes.iter().find(|n| n.reason == "StepFailed").unwrap();
+    assert!(
+        failed.message.contains("spec.workflow.steps.wait: Time::Sleep"),
+        "{failed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_delete_waits_for_a_held_lease_too() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = job("c", "cloud", 1, json!({}));
+    rt.apply(&j, None, &r).await.unwrap();
+    let request = lyra_core::state::LeaseRequest {
+        deployment: "k8s/ns/c".into(),
+        owner: "alice@laptop".into(),
+        operation: "state rm".into(),
+        token: "t".into(),
+        ttl_ms: 60_000,
+    };
+    let LeaseGrant::Acquired(lease) = h.store.acquire_lease(&request).await.unwrap() else {
+        panic!("the lease is free")
+    };
+    assert_eq!(
+        rt.cleanup(&j, Some(&r.last()), &r).await.unwrap(),
+        Next::Requeue(rt.settings.lease_poll)
+    );
+    let s = r.last();
+    assert_eq!(
+        (s.phase, s.lease_holder.as_deref()),
+        (Some(Phase::Deleting), Some("alice@laptop"))
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .contains("alice@laptop is running state rm since")
+    );
+    // Until the next try is due, reconciles wait (no run, nothing written).
+    let writes = r.writes();
+    assert!(matches!(
+        rt.cleanup(&j, Some(&s), &r).await,
+        Err(ReconcileError::Wait(_))
+    ));
+    assert_eq!(r.writes(), writes);
+    h.store.release_lease(&lease).await.unwrap();
+    assert_eq!(h.runtime().cleanup(&j, Some(&s), &r).await.unwrap(), Next::Done);
+    assert!(
+        h.store
+            .load("k8s/ns/c")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+            .resources
+            .is_empty()
+    );
 }

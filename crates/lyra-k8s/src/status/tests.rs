@@ -189,3 +189,73 @@ fn changes_text_leaves_out_zeros() {
     assert_eq!(changes_text(&c), "created 2, deleted 1");
     assert_eq!(changes_text(&ChangeCounts::default()), "no changes");
 }
+
+#[test]
+fn texts_are_clipped_to_a_byte_budget() {
+    assert_eq!(clip("short", 10), "short");
+    let clipped = clip(&"é".repeat(1000), 1024);
+    assert!(clipped.len() <= 1024 && clipped.ends_with('…'), "{}", clipped.len());
+    let many: String = (0..1000).map(|i| format!("wf.yaml:{i}:1: problem {i}\n")).collect();
+    let clipped = clip_lines(&many, 4096);
+    assert!(clipped.len() <= 4096, "{}", clipped.len());
+    assert!(clipped.starts_with("wf.yaml:0:1: problem 0\nwf.yaml:1:1"), "{clipped}");
+    assert!(clipped.ends_with("more line(s)"), "{clipped}");
+    let one_long = "x".repeat(10_000);
+    assert!(clip_lines(&one_long, 4096).len() <= 4096);
+}
+
+#[test]
+fn returns_beyond_the_budget_are_named_not_stored() {
+    let mut r = report(vec![]);
+    r.returns.insert("a_small".into(), json!("x"));
+    r.returns.insert("big".into(), json!("y".repeat(RETURNS_BUDGET)));
+    r.returns.insert("password".into(), json!("z".repeat(RETURNS_BUDGET)));
+    r.returns.insert("z_small".into(), json!(42));
+    r.sensitive_returns = vec!["password".into()];
+    let (kept, omitted) = fit_returns(&r, RETURNS_BUDGET);
+    let kept = kept.unwrap();
+    assert_eq!(
+        kept,
+        json!({"a_small": "x", "password": "(sensitive)", "z_small": 42}),
+        "a masked secret is small"
+    );
+    assert!(serde_json::to_vec(&kept).unwrap().len() <= RETURNS_BUDGET);
+    assert_eq!(omitted, ["big"]);
+
+    let mut s = WorkflowStatus {
+        deployment: Some("k8s/ns/x".into()),
+        returns_omitted: omitted,
+        ..WorkflowStatus::default()
+    };
+    judge(&mut s, &Verdict::Applied, Some(1), &at(0));
+    let m = &cond(&s, READY).message;
+    assert!(
+        m.starts_with("applied; returns left out of the status (over its 64 KiB budget): big")
+            && m.contains("lyra state show k8s/ns/x"),
+        "{m}"
+    );
+    // Nothing left out: the plain message.
+    s.returns_omitted.clear();
+    judge(&mut s, &Verdict::Applied, Some(1), &at(1));
+    assert_eq!(cond(&s, READY).message, "applied");
+}
+
+#[test]
+fn step_rows_beyond_the_budget_keep_failures_first() {
+    let error = "e".repeat(5000);
+    let mut steps: Vec<StepReport> = (0..2000)
+        .map(|i| step(&format!("s{i:04}"), Action::Create, Status::Done, None))
+        .collect();
+    steps.push(step("zz-failed", Action::Create, Status::Failed, Some(&error)));
+    let rows = step_rows(&[], &report(steps));
+    let failed = rows.iter().find(|r| r.name == "zz-failed").unwrap();
+    assert!(failed.last_error.as_ref().unwrap().len() <= STEP_ERROR_LIMIT);
+    assert_eq!(progress(&rows), "2000/2001");
+    let (kept, omitted) = fit_rows(rows, STEP_ROWS_BUDGET);
+    assert!(serde_json::to_vec(&kept).unwrap().len() <= STEP_ROWS_BUDGET);
+    assert!(omitted > 0 && kept.len() + omitted == 2001);
+    assert!(kept.iter().any(|r| r.name == "zz-failed"), "failures are kept");
+    assert!(kept.windows(2).all(|w| w[0].name < w[1].name), "sorted by name");
+    let (all, none) = fit_rows(kept.clone(), STEP_ROWS_BUDGET);
+    assert_eq!((all, none), (kept, 0));
+}
