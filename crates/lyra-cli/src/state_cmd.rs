@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 
 use lyra_core::state::{
     ChangeCounts, ChangeRecord, DeploymentExport, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore,
-    StoreError,
+    StoreError, UnreadableRecord,
 };
 use lyra_providers::{ProvidersConfig, builtin};
 
@@ -72,15 +72,10 @@ pub async fn show(a: &args::StateShowArgs) -> Result<(), Exit> {
     let lease = store.lease(&a.deployment).await.map_err(state_error)?;
     // Masking needs the provider schemas: which attributes are secret.
     let providers = builtin(&ProvidersConfig::default());
-    let is_sensitive = |r: &ResourceRecord, attr: &str| {
-        r.sensitive.iter().any(|s| s == attr)
-            || providers
-                .schemas()
-                .get(&r.type_name)
-                .and_then(|s| s.attribute(attr))
-                .is_some_and(|a| a.sensitive || a.ty.is_sensitive())
-    };
-    let shown = output::state_json(&state, lease.as_ref(), &is_sensitive);
+    let mask = |r: &ResourceRecord| lyra_core::secret::shown_state(r, providers.schemas().get(&r.type_name));
+    let shown = output::state_json(&state, lease.as_ref(), &mask);
+    // Records that cannot be read are shown for what they are: the rest is still usable.
+    warn_unreadable(&state.name, &state.unreadable);
     if a.state.output == Output::Json {
         return json(&shown);
     }
@@ -109,6 +104,16 @@ pub async fn show(a: &args::StateShowArgs) -> Result<(), Exit> {
         state.workflow.as_deref().unwrap_or("-"),
         output::table(&["STEP", "TYPE", "EXTERNAL ID", "MODE", "DEPENDS ON"], &rows)
     ))
+}
+
+/// Names a deployment's unreadable records on stderr, with how to remove them.
+fn warn_unreadable(deployment: &str, unreadable: &[UnreadableRecord]) {
+    if !unreadable.is_empty() {
+        warn(&format!(
+            "warning: {}\n",
+            lyra_core::state::unreadable_message(deployment, unreadable)
+        ));
+    }
 }
 
 pub async fn history(a: &args::HistoryArgs) -> Result<(), Exit> {
@@ -205,15 +210,22 @@ async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<
         .map_err(state_error)?
         .ok_or_else(|| Exit::failure(format!("no deployment '{}' in the state", a.deployment)))?;
     let mut forget: Vec<String> = Vec::new();
+    // Unreadable records can be forgotten too: that is how they are repaired.
+    let recorded: Vec<&str> = state
+        .resources
+        .iter()
+        .map(|r| r.step_id.as_str())
+        .chain(state.unreadable.iter().map(|u| u.step_id.as_str()))
+        .collect();
     for step in &a.steps {
         let under = format!("{step}/");
-        let matched: Vec<&ResourceRecord> = state
-            .resources
+        let matched: Vec<&str> = recorded
             .iter()
-            .filter(|r| r.step_id == *step || r.step_id.starts_with(&under))
+            .copied()
+            .filter(|id| id == step || id.starts_with(&under))
             .collect();
         if matched.is_empty() {
-            let known: Vec<&str> = state.resources.iter().map(|r| r.step_id.as_str()).collect();
+            let known = &recorded;
             return Err(Exit::failure(format!(
                 "deployment '{}' has no step '{step}' (recorded: {})",
                 a.deployment,
@@ -224,7 +236,7 @@ async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<
                 }
             )));
         }
-        forget.extend(matched.into_iter().map(|r| r.step_id.clone()));
+        forget.extend(matched.into_iter().map(str::to_owned));
     }
     forget.sort();
     forget.dedup();
@@ -319,12 +331,27 @@ async fn export_one(store: &dyn StateStore, deployment: &str) -> Result<Deployme
 pub async fn export(a: &args::StateExportArgs) -> Result<(), Exit> {
     let store = open_state(a.state.as_deref()).await?;
     let mut exports = Vec::new();
+    // Unreadable records cannot be exported; the rest of the store can, and is.
+    let mut incomplete = Vec::new();
     for d in chosen(store.as_ref(), &a.deployments).await? {
-        exports.push(export_one(store.as_ref(), &d).await?);
+        let export = export_one(store.as_ref(), &d).await?;
+        if !export.state.unreadable.is_empty() {
+            warn_unreadable(&d, &export.state.unreadable);
+            incomplete.push(d);
+        }
+        exports.push(export);
     }
+    let done = if incomplete.is_empty() {
+        Ok(())
+    } else {
+        Err(Exit::failure(format!(
+            "exported everything else, but not the unreadable records of: {}",
+            incomplete.join(", ")
+        )))
+    };
     let text = serde_json::to_string_pretty(&ExportFile::new(&exports)).map_err(|e| Exit::failure(e.to_string()))?;
     match &a.file {
-        None => print(&(text + "\n")),
+        None => print(&(text + "\n"))?,
         Some(path) => {
             write_atomically(path, text.as_bytes())
                 .map_err(|e| Exit::failure(format!("writing {}: {e}", path.display())))?;
@@ -333,9 +360,9 @@ pub async fn export(a: &args::StateExportArgs) -> Result<(), Exit> {
                 exports.len(),
                 path.display()
             ));
-            Ok(())
         }
     }
+    done
 }
 
 /// Writes a file so that a crash leaves either the old content or the new, never half.
@@ -421,7 +448,22 @@ pub async fn migrate(a: &args::StateMigrateArgs) -> Result<(), Exit> {
     let to = open_state(Some(&a.to)).await?;
     let source = format!("migrated from {}", redact_url(&a.from));
     let mut moved = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
     for name in chosen(from.as_ref(), &a.deployments).await? {
+        // A deployment with unreadable records is not moved (its copy would lack them, and
+        // the source would be dropped): it is named and left as it is, and the rest go on.
+        let unreadable = from
+            .load(&name)
+            .await
+            .map_err(state_error)?
+            .map(|s| s.unreadable)
+            .unwrap_or_default();
+        if !unreadable.is_empty() {
+            warn_unreadable(&name, &unreadable);
+            warn(&format!("not migrated: {name} (left in the source)\n"));
+            skipped.push(name);
+            continue;
+        }
         // The source stays locked until the copy is checked and the original dropped, so no
         // run changes it half-way through the move.
         let held = locking::take(&from, &name, "migrate", &a.lock, Arc::new(AtomicBool::new(false))).await?;
@@ -439,9 +481,16 @@ pub async fn migrate(a: &args::StateMigrateArgs) -> Result<(), Exit> {
         moved.push(serde_json::json!({"deployment": name, "resources": count}));
     }
     if a.output == Output::Json {
-        return json(&serde_json::json!({ "moved": moved }));
+        json(&serde_json::json!({ "moved": moved, "skipped": skipped }))?;
     }
-    Ok(())
+    if skipped.is_empty() {
+        Ok(())
+    } else {
+        Err(Exit::failure(format!(
+            "not migrated, because some of their records cannot be read: {}",
+            skipped.join(", ")
+        )))
+    }
 }
 
 async fn migrate_one(
@@ -452,6 +501,13 @@ async fn migrate_one(
     source: &str,
 ) -> Result<usize, Exit> {
     let export = export_one(from.as_ref(), name).await?;
+    // Checked again under the lease: a record may have gone bad since.
+    if !export.state.unreadable.is_empty() {
+        return Err(Exit::failure(lyra_core::state::unreadable_message(
+            name,
+            &export.state.unreadable,
+        )));
+    }
     write_deployment(to, &export, a.replace, &a.lock, source).await?;
     // Check the copy before dropping the original: same resources, same history.
     let copy = export_one(to.as_ref(), name).await?;

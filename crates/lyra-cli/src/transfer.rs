@@ -186,6 +186,7 @@ impl DeploymentFile {
                 name,
                 workflow: self.workflow,
                 resources,
+                unreadable: Vec::new(),
             },
             history,
         })
@@ -214,6 +215,7 @@ mod tests {
                 name: "d".into(),
                 workflow: Some("w".into()),
                 resources: vec![ResourceRecord::intent("s", "Null::Resource", Map::new(), vec![])],
+                unreadable: vec![],
             },
             history: vec![],
         };

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentSummary, Lease, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunRecord,
-    RunStart,
+    ChangeCounts, ChangeRecord, DeploymentState, DeploymentSummary, Lease, Operation, Outcome, ResourceRecord, RunEnd,
+    RunId, RunRecord, RunStart, UnreadableRecord,
 };
-use lyra_core::value::Map;
+use lyra_core::value::{Map, too_deep};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -47,6 +47,18 @@ pub(crate) struct ResourceRow {
 
 impl ResourceRow {
     pub fn new(deployment: &str, record: &ResourceRecord, updated_at: i64) -> Result<Self, Error> {
+        // What could not be decoded again is not written: one such record would make the
+        // whole deployment unreadable to older versions.
+        for (column, map) in [("desired", &record.desired), ("actual", &record.actual)] {
+            if let Some((attr, _)) = map.iter().find(|(_, v)| too_deep(v)) {
+                return Err(Error::TooDeep {
+                    what: format!(
+                        "attribute '{attr}' ({column}) of step {:?} in deployment {deployment:?}",
+                        record.step_id
+                    ),
+                });
+            }
+        }
         Ok(ResourceRow {
             deployment: deployment.to_owned(),
             step_id: record.step_id.clone(),
@@ -85,6 +97,28 @@ impl ResourceRow {
             sensitive,
         })
     }
+}
+
+/// A deployment's state from its rows: the records that decode, and the ones that do not
+/// (listed, so that one bad record leaves the rest readable and can be removed).
+pub(crate) fn deployment_state(name: &str, workflow: Option<String>, rows: Vec<ResourceRow>) -> DeploymentState {
+    let mut state = DeploymentState {
+        name: name.to_owned(),
+        workflow,
+        ..DeploymentState::default()
+    };
+    for row in rows {
+        let (step_id, type_name) = (row.step_id.clone(), row.type_name.clone());
+        match row.into_record() {
+            Ok(r) => state.resources.push(r),
+            Err(e) => state.unreadable.push(UnreadableRecord {
+                step_id,
+                type_name,
+                error: e.to_string(),
+            }),
+        }
+    }
+    state
 }
 
 /// A row of `runs`.
