@@ -9,9 +9,11 @@ mod e2e {
     mod bad_input;
     mod cli;
     mod compat;
+    mod computed_attributes;
     mod controller;
     #[cfg(unix)]
     mod crash;
+    mod deep_values;
     mod failures;
     mod fuzz;
     mod guards;
@@ -22,6 +24,7 @@ mod e2e {
     mod lifecycle;
     mod parallel;
     mod postgres;
+    mod secrets;
     mod sharing;
     mod state_cmds;
 }

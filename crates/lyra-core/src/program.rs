@@ -104,9 +104,12 @@ fn calls_with_spans(step: &Step, out: &mut Vec<(String, Span)>) {
     }
 }
 
+/// A call: its target, where it is, and how deep it is nested (the call step counts).
+type CallAt = (String, Span, usize);
+
 /// How deeply steps nest inside `step` (a resource is 1), without following calls, and each
 /// call with the nesting around it (the call step itself counts).
-fn local_nesting(step: &Step, outer: usize, calls: &mut Vec<(String, Span, usize)>) -> usize {
+fn local_nesting(step: &Step, outer: usize, calls: &mut Vec<CallAt>) -> usize {
     let here = outer + 1;
     match &step.kind {
         StepKind::Workflow { steps, .. } => steps
@@ -132,7 +135,7 @@ fn local_nesting(step: &Step, outer: usize, calls: &mut Vec<(String, Span, usize
 fn check_nesting(main: &Workflow, parsed: &HashMap<String, Workflow>, diags: &mut Diagnostics) {
     // Each workflow's own nesting and calls; then, children first (iteratively: a call
     // chain may be long), the deepest nesting through its calls.
-    let mut local: HashMap<&str, (usize, Vec<(String, Span, usize)>)> = HashMap::new();
+    let mut local: HashMap<&str, (usize, Vec<CallAt>)> = HashMap::new();
     for (name, wf) in parsed {
         let mut calls = Vec::new();
         let own = local_nesting(&wf.root, 0, &mut calls);

@@ -116,7 +116,7 @@ impl Secrets {
                 }
                 Value::Number(n) => {
                     let t = n.to_string();
-                    if self.needles.iter().any(|x| *x == t) {
+                    if self.needles.contains(&t) {
                         return true;
                     }
                 }

@@ -92,8 +92,8 @@ impl Type {
                 let outer = path.len();
                 t.coerce_at(v, path).map_err(|e| TypeError {
                     path: e.path.get(..outer).unwrap_or_default().to_owned(),
-                    expected: self.to_string(),
                     found: format!("{} (the sensitive value is not shown)", kind_of(v)),
+                    ..e
                 })
             }
             (Type::Optional(_), Value::Null) => Ok(Value::Null),

@@ -396,9 +396,15 @@ impl FrontEnd {
                 Err((off, msg)) => {
                     // Point into the guard text when it is on one line.
                     let quoted = n.as_scalar().is_some_and(|s| !s.may_coerce());
+                    // A guard can be very long; the caret shows where the problem is.
+                    let shown = if src.chars().count() > 80 {
+                        format!("{}...", src.chars().take(77).collect::<String>())
+                    } else {
+                        src.clone()
+                    };
                     self.err(
                         at.shifted(off + usize::from(quoted)),
-                        format!("bad guard '{src}': {msg}"),
+                        format!("bad guard '{shown}': {msg}"),
                     );
                     None
                 }

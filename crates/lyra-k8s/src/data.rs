@@ -76,7 +76,7 @@ mod tests {
             deep = json!([deep]);
         }
         assert!(expand(Some(&json!({"ok": deep[0].clone()}))).is_ok());
-        let err = expand(Some(&json!({"k": deep.clone()}))).unwrap_err();
+        let err = expand(Some(&json!({"k": deep}))).unwrap_err();
         assert!(
             err.contains("spec.data key 'k'") && err.contains("more than 64 levels"),
             "{err}"
