@@ -211,8 +211,21 @@ impl RunRow {
                 });
             }
         };
-        let counts: StoredCounts = decode(&self.counts, || what("counts"))?;
-        let changes: Vec<StoredChange> = decode(&self.changes, || what("changes"))?;
+        // The counts and changes are details: a run whose details cannot be decoded is kept
+        // (and says so) rather than making the whole history unreadable.
+        let mut error = self.error;
+        let mut unreadable = |e: Error| {
+            let note = format!("(part of this run's record cannot be read: {e})");
+            error = Some(error.take().map_or(note.clone(), |old| format!("{old} {note}")));
+        };
+        let counts: StoredCounts = decode(&self.counts, || what("counts")).unwrap_or_else(|e| {
+            unreadable(e);
+            StoredCounts::default()
+        });
+        let changes: Vec<StoredChange> = decode(&self.changes, || what("changes")).unwrap_or_else(|e| {
+            unreadable(e);
+            Vec::new()
+        });
         Ok(RunRecord {
             id: self.id,
             deployment: self.deployment,
@@ -224,7 +237,7 @@ impl RunRow {
             outcome,
             counts: counts.into(),
             changes: changes.into_iter().map(Into::into).collect(),
-            error: self.error,
+            error,
             note: self.note,
         })
     }
@@ -430,6 +443,27 @@ mod tests {
                 ..Default::default()
             }
         );
+    }
+
+    #[test]
+    fn undecodable_run_details_are_noted_not_fatal() {
+        let mut row = RunRow::started(
+            &RunStart {
+                deployment: "d".into(),
+                workflow: None,
+                operation: Operation::Apply,
+                actor: "me".into(),
+            },
+            1,
+        )
+        .unwrap();
+        row.changes = format!("[{}]", "[".repeat(300));
+        row.counts = "{oops".into();
+        let run = row.into_record().expect("still a run");
+        assert_eq!(run.counts, ChangeCounts::default());
+        assert!(run.changes.is_empty());
+        let error = run.error.unwrap();
+        assert!(error.contains("runs.counts of run 0") && error.contains("runs.changes of run 0"), "{error}");
     }
 
     #[test]
