@@ -463,7 +463,10 @@ mod tests {
         assert_eq!(run.counts, ChangeCounts::default());
         assert!(run.changes.is_empty());
         let error = run.error.unwrap();
-        assert!(error.contains("runs.counts of run 0") && error.contains("runs.changes of run 0"), "{error}");
+        assert!(
+            error.contains("runs.counts of run 0") && error.contains("runs.changes of run 0"),
+            "{error}"
+        );
     }
 
     #[test]
