@@ -908,27 +908,37 @@ impl<'e, 'a> Run<'e, 'a> {
                 ReturnSource::Value(e) => Some(self.resolve(e, scope)?),
             }
             .unwrap_or_else(|| Val::known(Value::Null));
-            let v = match (&v.var, &r.ty) {
-                (Var::Known(x), Some(t)) => Val {
-                    var: Var::Known(t.coerce(x).map_err(|e| {
-                        format!(
-                            "{}: return '{}' {}",
-                            self.loc(r.span),
-                            r.name,
-                            type_error_text(&e, v.sensitive)
-                        )
-                    })?),
-                    origins: v.origins,
-                    sensitive: v.sensitive || t.is_sensitive(),
-                },
-                _ => v,
-            };
-            if v.sensitive {
-                self.remember(&v.var);
-            }
-            out.insert(r.name.clone(), v);
+            out.insert(r.name.clone(), self.typed_return(r, v)?);
         }
         Ok(out)
+    }
+
+    /// A return's value coerced to its declared `type`, whatever the step (a `Sensitive`
+    /// type makes it secret).
+    fn typed_return(&self, r: &Return, v: Val) -> Result<Val, String> {
+        let v = match (&v.var, &r.ty) {
+            (Var::Known(x), Some(t)) => Val {
+                var: Var::Known(t.coerce(x).map_err(|e| {
+                    format!(
+                        "{}: return '{}' {}",
+                        self.loc(r.span),
+                        r.name,
+                        type_error_text(&e, v.sensitive)
+                    )
+                })?),
+                origins: v.origins,
+                sensitive: v.sensitive || t.is_sensitive(),
+            },
+            (_, Some(t)) => Val {
+                sensitive: v.sensitive || t.is_sensitive(),
+                ..v
+            },
+            _ => v,
+        };
+        if v.sensitive {
+            self.remember(&v.var);
+        }
+        Ok(v)
     }
 
     /// Runs the children of a workflow as their inputs become available. Returns every
@@ -1224,10 +1234,11 @@ impl<'e, 'a> Run<'e, 'a> {
                 let mut out = Env::new();
                 for r in &step.returns {
                     let src = r.source_name().unwrap_or(&r.name);
-                    out.insert(
-                        r.name.clone(),
-                        returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null)),
-                    );
+                    let v = returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null));
+                    match self.typed_return(r, v) {
+                        Ok(v) => out.insert(r.name.clone(), v),
+                        Err(msg) => return self.fail_step(step, &id, msg, started),
+                    };
                 }
                 Done::Ok(out)
             }
@@ -1375,8 +1386,10 @@ impl<'e, 'a> Run<'e, 'a> {
                     return self.store_failed(step, &id, &e, started);
                 }
             }
-            let returns = self.resource_returns(step, schema, Action::Read, &desired, &unknown, &actual, &id, &secret);
-            return self.finish(step, &id, Action::Read, vec![], Some(ext), started, returns, false);
+            return match self.resource_returns(step, schema, Action::Read, &desired, &unknown, &actual, &id, &secret) {
+                Ok(returns) => self.finish(step, &id, Action::Read, vec![], Some(ext), started, returns, false),
+                Err(msg) => self.fail_as(step, &id, Action::Read, Some(ext), msg, started),
+            };
         }
 
         // What is there now? A resource deleted behind our back is created again. A pending
@@ -1435,7 +1448,10 @@ impl<'e, 'a> Run<'e, 'a> {
             let actual = current.as_ref().map_or(&empty, |(_, a)| a);
             let returns = self.resource_returns(step, schema, action, &desired, &unknown, actual, &id, &secret);
             let ext = current.map(|(e, _)| e);
-            return self.finish(step, &id, action, changes, ext, started, returns, false);
+            return match returns {
+                Ok(returns) => self.finish(step, &id, action, changes, ext, started, returns, false),
+                Err(msg) => self.fail_as(step, &id, action, ext, msg, started),
+            };
         }
 
         // The intent is recorded before `create` so that a crash before the result is recorded
@@ -1527,8 +1543,11 @@ impl<'e, 'a> Run<'e, 'a> {
             return self.store_failed(step, &id, &e, started);
         }
         let secret: BTreeSet<String> = rec.sensitive.iter().cloned().collect();
-        let returns = self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id, &secret);
-        self.finish(step, &id, action, changes, Some(ext), started, returns, false)
+        match self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id, &secret) {
+            Ok(returns) => self.finish(step, &id, action, changes, Some(ext), started, returns, false),
+            // Recorded, but what it returns is not what the workflow says it is.
+            Err(msg) => self.fail_as(step, &id, action, Some(ext), msg, started),
+        }
     }
 
     /// The attributes of a resource whose values are secret: those set from something
@@ -1603,7 +1622,7 @@ impl<'e, 'a> Run<'e, 'a> {
         actual: &Map,
         id: &str,
         secret: &BTreeSet<String>,
-    ) -> Env {
+    ) -> Result<Env, String> {
         let origins = Arc::new(vec![id.to_owned()]);
         let mut out = Env::new();
         for r in &step.returns {
@@ -1638,16 +1657,14 @@ impl<'e, 'a> Run<'e, 'a> {
                         .unwrap_or(Value::Null),
                 )
             };
-            out.insert(
-                r.name.clone(),
-                Val {
-                    var,
-                    origins: origins.clone(),
-                    sensitive,
-                },
-            );
+            let v = Val {
+                var,
+                origins: origins.clone(),
+                sensitive,
+            };
+            out.insert(r.name.clone(), self.typed_return(r, v)?);
         }
-        out
+        Ok(out)
     }
 
     #[allow(clippy::too_many_arguments)]

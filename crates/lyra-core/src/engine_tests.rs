@@ -907,3 +907,67 @@ fn steps_nested_to_the_limit_run_on_a_small_stack() {
         .unwrap();
     handle.join().expect("no stack overflow");
 }
+
+/// A `type` on a resource's or a call's return is applied like on a workflow's: `Sensitive`
+/// makes the value secret (it used to be ignored, and the value printed), and a value of
+/// the wrong type fails the step.
+#[test]
+fn types_on_resource_and_call_returns_are_applied() {
+    let f = Fixture::new();
+    let yaml = "
+returns: [pw, n, called]
+steps:
+  a:
+    returns:
+      pw: {alias: echo, type: Sensitive}
+      n: {alias: input, type: String}
+    resource: Test::Thing
+    value: {input: plain-but-secret}
+  c:
+    call: lib
+    returns:
+      called: {alias: out, type: 'Sensitive[String]'}
+";
+    let lib = "returns: [out]\nsteps:\n  x:\n    returns: {out: echo}\n    resource: Test::Thing\n    value: {input: also-secret}\n";
+    let mut sources = Sources::default();
+    let mut source = |name: &str| (name == "lib").then(|| ("lib.yaml".to_owned(), lib.to_owned()));
+    let prog = program::load(
+        "t",
+        ("t.yaml".into(), yaml.into()),
+        &mut source,
+        &mut sources,
+        f.providers.schemas(),
+    )
+    .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
+    let engine = Engine {
+        providers: &f.providers,
+        store: &f.store,
+        observer: &f.observed,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+    };
+    let r = block_on(engine.apply(&prog, "d", &Map::new(), "test"));
+    // The report and the history. (Observers saw `c/x` finish before its caller declared
+    // the value secret: a secret declared downstream cannot be recalled from a live stream.)
+    let shown = format!("{r:?}\n{:?}", f.store.ends.lock().unwrap());
+    assert_hidden(&shown, &["plain-but-secret", "also-secret"]);
+    let r = r.unwrap();
+    assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
+    let mut secret = r.sensitive_returns.clone();
+    secret.sort();
+    // `n` is the same value as `pw`, so it is masked too.
+    assert_eq!(secret, ["called", "n", "pw"]);
+
+    let wrong = "steps:\n  a:\n    returns:\n      n: {alias: input, type: Integer}\n    resource: Test::Thing\n    value: {input: abc}\n";
+    let r = f.run(wrong, json!({}), Mode::Apply);
+    let a = step(&r, "a");
+    assert_eq!(a.status, Status::Failed);
+    assert!(
+        a.error
+            .as_deref()
+            .unwrap()
+            .contains("return 'n' expects Integer, got String"),
+        "{a:?}"
+    );
+}
