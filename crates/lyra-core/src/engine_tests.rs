@@ -954,7 +954,7 @@ steps:
     assert_hidden(&shown, &["plain-but-secret", "also-secret"]);
     let r = r.unwrap();
     assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
-    let mut secret = r.sensitive_returns.clone();
+    let mut secret = r.sensitive_returns;
     secret.sort();
     // `n` is the same value as `pw`, so it is masked too.
     assert_eq!(secret, ["called", "n", "pw"]);
