@@ -10,6 +10,7 @@ mod e2e {
     mod bad_input;
     mod cli;
     mod compat;
+    mod computed_attributes;
     mod controller;
     mod controller_deletes;
     mod controller_events;
@@ -20,6 +21,7 @@ mod e2e {
     #[cfg(unix)]
     mod crash;
     mod credentials;
+    mod deep_values;
     mod docs;
     mod encoding;
     mod failures;
@@ -35,6 +37,7 @@ mod e2e {
     mod load_path;
     mod parallel;
     mod postgres;
+    mod secrets;
     mod sharing;
     #[cfg(unix)]
     mod signals;

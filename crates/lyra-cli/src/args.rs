@@ -85,6 +85,12 @@ pub enum StateCommand {
     #[command(after_long_help = EXIT_CODES)]
     Unlock(StateUnlockArgs),
     /// Write deployments' state and history as JSON (all deployments unless named).
+    ///
+    /// The export carries every recorded value as it is, secrets included (values typed
+    /// `Sensitive` are not masked here, unlike everywhere else): it is what `lyra state
+    /// import` restores. Keep the file as safe as the state itself. Records that cannot be
+    /// read are named on stderr and left out, and the command then exits with 1.
+    #[command(after_long_help = EXIT_CODES)]
     Export(StateExportArgs),
     /// Read deployments written by `lyra state export` into this state.
     #[command(after_long_help = EXIT_CODES)]

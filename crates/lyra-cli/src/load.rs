@@ -111,6 +111,13 @@ pub fn load_data(data: Option<&Path>, vars: &[String], sources: &mut Sources) ->
             return Err(Exit::usage(format!("--var '{v}': the key is empty")));
         }
         let value = lyra_host::parse_var_value(raw).map_err(|e| Exit::usage(format!("--var {key}: {e}")))?;
+        if lyra_core::value::dotted_too_deep(key, &value) {
+            return Err(Exit::usage(format!(
+                "--var {}: {}",
+                key.chars().take(80).collect::<String>(),
+                lyra_core::value::too_deep_message("the key and value together")
+            )));
+        }
         set_dotted(&mut map, key, value);
     }
     Ok(map)

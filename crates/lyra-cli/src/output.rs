@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use lyra_core::diag::{Diagnostics, Sources};
 use lyra_core::report::{Action, AttrChange, Mode, Report, Status, StepReport};
-use lyra_core::state::{ChangeCounts, DeploymentState, DeploymentSummary, Lease, ResourceRecord, RunRecord};
+use lyra_core::state::{
+    ChangeCounts, DeploymentState, DeploymentSummary, Lease, ResourceRecord, RunRecord, UnreadableRecord,
+};
 use lyra_core::value::{Map, Value, short};
 use serde::Serialize;
 
@@ -394,6 +396,17 @@ pub struct StateJson<'a> {
     pub workflow: Option<&'a str>,
     pub lease: Option<LeaseJson<'a>>,
     pub resources: Vec<ResourceJson<'a>>,
+    /// Records the store cannot decode (only present when there are some).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<UnreadableJson<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct UnreadableJson<'a> {
+    pub step: &'a str,
+    #[serde(rename = "type")]
+    pub type_name: &'a str,
+    pub error: &'a str,
 }
 
 #[derive(Serialize)]
@@ -410,12 +423,12 @@ pub struct ResourceJson<'a> {
     pub depends_on: &'a [String],
 }
 
-/// The state as `lyra state show` prints it: attributes that `is_sensitive` says are secret
-/// are replaced by `(sensitive)`.
+/// The state as `lyra state show` prints it; `shown` gives a record's actual state with its
+/// secrets masked.
 pub fn state_json<'a>(
     d: &'a DeploymentState,
     lease: Option<&'a Lease>,
-    is_sensitive: &dyn Fn(&ResourceRecord, &str) -> bool,
+    shown: &dyn Fn(&ResourceRecord) -> Map,
 ) -> StateJson<'a> {
     StateJson {
         deployment: &d.name,
@@ -428,26 +441,22 @@ pub fn state_json<'a>(
                 step: &r.step_id,
                 type_name: &r.type_name,
                 external_id: &r.external_id,
-                state: masked(r, &r.actual, is_sensitive),
+                state: shown(r),
                 managed: r.managed,
                 pending: r.pending,
                 depends_on: &r.depends_on,
             })
             .collect(),
+        unreadable: d.unreadable.iter().map(unreadable_json).collect(),
     }
 }
 
-fn masked(r: &ResourceRecord, m: &Map, is_sensitive: &dyn Fn(&ResourceRecord, &str) -> bool) -> Map {
-    m.iter()
-        .map(|(k, v)| {
-            let v = if is_sensitive(r, k) && !v.is_null() {
-                Value::String(SENSITIVE.to_owned())
-            } else {
-                v.clone()
-            };
-            (k.clone(), v)
-        })
-        .collect()
+pub fn unreadable_json(u: &UnreadableRecord) -> UnreadableJson<'_> {
+    UnreadableJson {
+        step: &u.step_id,
+        type_name: &u.type_name,
+        error: &u.error,
+    }
 }
 
 /// Returns with the sensitive ones masked.

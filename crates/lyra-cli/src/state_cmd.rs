@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 
 use lyra_core::state::{
     ChangeCounts, ChangeRecord, DeploymentExport, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore,
-    StoreError,
+    StoreError, UnreadableRecord,
 };
 use lyra_providers::{ProvidersConfig, builtin};
 
@@ -71,15 +71,10 @@ pub async fn show(a: &args::StateShowArgs, out: Output) -> Result<(), Exit> {
     let lease = store.lease(&a.deployment).await.map_err(state_error)?;
     // Masking needs the provider schemas: which attributes are secret.
     let providers = builtin(&ProvidersConfig::default());
-    let is_sensitive = |r: &ResourceRecord, attr: &str| {
-        r.sensitive.iter().any(|s| s == attr)
-            || providers
-                .schemas()
-                .get(&r.type_name)
-                .and_then(|s| s.attribute(attr))
-                .is_some_and(|a| a.sensitive || a.ty.is_sensitive())
-    };
-    let shown = output::state_json(&state, lease.as_ref(), &is_sensitive);
+    let mask = |r: &ResourceRecord| lyra_core::secret::shown_state(r, providers.schemas().get(&r.type_name));
+    let shown = output::state_json(&state, lease.as_ref(), &mask);
+    // Records that cannot be read are shown for what they are: the rest is still usable.
+    warn_unreadable(&state.name, &state.unreadable);
     if out == Output::Json {
         return json(&shown);
     }
@@ -108,6 +103,16 @@ pub async fn show(a: &args::StateShowArgs, out: Output) -> Result<(), Exit> {
         state.workflow.as_deref().unwrap_or("-"),
         output::table(&["STEP", "TYPE", "EXTERNAL ID", "MODE", "DEPENDS ON"], &rows)
     ))
+}
+
+/// Names a deployment's unreadable records on stderr, with how to remove them.
+fn warn_unreadable(deployment: &str, unreadable: &[UnreadableRecord]) {
+    if !unreadable.is_empty() {
+        warn(&format!(
+            "warning: {}\n",
+            lyra_core::state::unreadable_message(deployment, unreadable)
+        ));
+    }
 }
 
 pub async fn history(a: &args::HistoryArgs, out: Output) -> Result<(), Exit> {
@@ -205,15 +210,22 @@ async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<
         return Err(unknown_deployment(store, &a.deployment, url).await);
     };
     let mut forget: Vec<String> = Vec::new();
+    // Unreadable records can be forgotten too: that is how they are repaired.
+    let recorded: Vec<&str> = state
+        .resources
+        .iter()
+        .map(|r| r.step_id.as_str())
+        .chain(state.unreadable.iter().map(|u| u.step_id.as_str()))
+        .collect();
     for step in &a.steps {
         let under = format!("{step}/");
-        let matched: Vec<&ResourceRecord> = state
-            .resources
+        let matched: Vec<&str> = recorded
             .iter()
-            .filter(|r| r.step_id == *step || r.step_id.starts_with(&under))
+            .copied()
+            .filter(|id| id == step || id.starts_with(&under))
             .collect();
         if matched.is_empty() {
-            let known: Vec<&str> = state.resources.iter().map(|r| r.step_id.as_str()).collect();
+            let known = &recorded;
             let near = crate::near_names(step, known.iter().copied());
             return Err(Exit::new(
                 Exit::FAILURE,
@@ -232,7 +244,7 @@ async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<
             .with("step", step)
             .with("did_you_mean", near));
         }
-        forget.extend(matched.into_iter().map(|r| r.step_id.clone()));
+        forget.extend(matched.into_iter().map(str::to_owned));
     }
     forget.sort();
     forget.dedup();
@@ -351,27 +363,46 @@ pub async fn export(a: &args::StateExportArgs, out: Output) -> Result<(), Exit> 
     let url = a.state.as_deref();
     let store = open_existing(url).await?;
     let mut exports = Vec::new();
+    // Unreadable records cannot be exported; the rest of the store can, and is.
+    let mut incomplete = Vec::new();
     for d in chosen(store.as_ref(), &a.deployments, url).await? {
-        exports.push(export_one(store.as_ref(), &d, url).await?);
+        let export = export_one(store.as_ref(), &d, url).await?;
+        if !export.state.unreadable.is_empty() {
+            warn_unreadable(&d, &export.state.unreadable);
+            incomplete.push(d);
+        }
+        exports.push(export);
     }
+    let incomplete = (!incomplete.is_empty()).then(|| {
+        format!(
+            "exported everything else, but not the unreadable records of: {}",
+            incomplete.join(", ")
+        )
+    });
     let text = serde_json::to_string_pretty(&ExportFile::new(&exports)).map_err(|e| Exit::failure(e.to_string()))?;
+    let exported = || exports.iter().map(moved_json).collect::<Vec<_>>();
     match &a.file {
-        // The export is itself the JSON document, with or without `-o json`.
-        None => print(&(text + "\n")),
+        None => {
+            // The export is itself the JSON document, with or without `-o json`; a failure is
+            // then said on stderr only, so stdout stays one document.
+            print(&(text + "\n"))?;
+            if let Some(message) = incomplete {
+                warn(&format!("error: {message}\n"));
+                return Err(Exit::reported(Exit::FAILURE));
+            }
+            Ok(())
+        }
         Some(path) => {
             write_atomically(path, text.as_bytes())
                 .map_err(|e| Exit::failure(format!("writing {}: {e}", path.display())))?;
-            if out == Output::Json {
-                return json(&serde_json::json!({
-                    "exported": exports.iter().map(moved_json).collect::<Vec<_>>(),
-                    "file": path.display().to_string(),
-                }));
+            let file = path.display().to_string();
+            if let Some(message) = incomplete {
+                return Err(Exit::failure(message).with("exported", exported()).with("file", file));
             }
-            warn(&format!(
-                "exported {} deployment(s) to {}\n",
-                exports.len(),
-                path.display()
-            ));
+            if out == Output::Json {
+                return json(&serde_json::json!({ "exported": exported(), "file": file }));
+            }
+            warn(&format!("exported {} deployment(s) to {file}\n", exports.len()));
             Ok(())
         }
     }
@@ -517,10 +548,27 @@ pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit
         from.store_id()
     );
     let mut moved = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
     for name in names {
         // Between deployments, a Ctrl-C stops the move: each one is moved whole or not at all.
         if cancel.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Exit::interrupted("interrupted: the deployments listed were moved").with("moved", moved));
+            return Err(Exit::interrupted("interrupted: the deployments listed were moved")
+                .with("moved", moved)
+                .with("skipped", skipped));
+        }
+        // A deployment with unreadable records is not moved (its copy would lack them, and
+        // the source would be dropped): it is named and left as it is, and the rest go on.
+        let unreadable = from
+            .load(&name)
+            .await
+            .map_err(state_error)?
+            .map(|s| s.unreadable)
+            .unwrap_or_default();
+        if !unreadable.is_empty() {
+            warn_unreadable(&name, &unreadable);
+            warn(&format!("not migrated: {name} (left in the source)\n"));
+            skipped.push(name);
+            continue;
         }
         // The source stays locked until the copy is checked and the original dropped, so no
         // run changes it half-way through the move.
@@ -540,8 +588,17 @@ pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit
         }
         moved.push(serde_json::json!({"deployment": name, "resources": count}));
     }
+    if !skipped.is_empty() {
+        // One document under `-o json`: the error, with what was moved and what was not.
+        return Err(Exit::failure(format!(
+            "not migrated, because some of their records cannot be read: {}",
+            skipped.join(", ")
+        ))
+        .with("moved", moved)
+        .with("skipped", skipped));
+    }
     if out == Output::Json {
-        return json(&serde_json::json!({ "moved": moved }));
+        return json(&serde_json::json!({ "moved": moved, "skipped": skipped }));
     }
     Ok(())
 }
@@ -554,6 +611,13 @@ async fn migrate_one(
     source: &str,
 ) -> Result<usize, Exit> {
     let export = export_one(from.as_ref(), name, Some(&a.from)).await?;
+    // Checked again under the lease: a record may have gone bad since.
+    if !export.state.unreadable.is_empty() {
+        return Err(Exit::failure(lyra_core::state::unreadable_message(
+            name,
+            &export.state.unreadable,
+        )));
+    }
     write_deployment(to, &export, a.replace, &a.lock, source).await?;
     // Check the copy before dropping the original: same resources, same history.
     let copy = export_one(to.as_ref(), name, Some(&a.to)).await?;

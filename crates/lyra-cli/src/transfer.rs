@@ -227,6 +227,7 @@ impl DeploymentFile {
                 name,
                 workflow: self.workflow,
                 resources,
+                unreadable: Vec::new(),
             },
             history,
         })
@@ -285,6 +286,7 @@ mod tests {
                     vec![],
                     "store/1/d/s".into(),
                 )],
+                unreadable: vec![],
             },
             history: vec![],
         };

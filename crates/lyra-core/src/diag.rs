@@ -98,18 +98,42 @@ impl Diagnostic {
         if let Some(line) = line.filter(|_| self.span.line > 0) {
             let num = self.span.line.to_string();
             let pad = " ".repeat(num.len());
-            let caret_pad: String = line
+            let (shown, col) = window(line, self.span.col.saturating_sub(1) as usize);
+            let caret_pad: String = shown
                 .chars()
-                .take(self.span.col.saturating_sub(1) as usize)
+                .take(col)
                 .map(|c| if c == '\t' { '\t' } else { ' ' })
                 .collect();
-            out.push_str(&format!("{pad} |\n{num} | {line}\n{pad} | {caret_pad}^\n"));
+            out.push_str(&format!("{pad} |\n{num} | {shown}\n{pad} | {caret_pad}^\n"));
         }
         if let Some(help) = &self.help {
             out.push_str(&format!("  = help: {help}\n"));
         }
         out
     }
+}
+
+/// The part of a long source line around column `col` (0-based, in characters), and the
+/// column within it: a minified or deeply nested line can be megabytes long.
+fn window(line: &str, col: usize) -> (String, usize) {
+    const BEFORE: usize = 60;
+    const AFTER: usize = 40;
+    let len = line.chars().count();
+    if len <= BEFORE + AFTER + 20 {
+        return (line.to_owned(), col);
+    }
+    let start = col.saturating_sub(BEFORE);
+    let end = (col + AFTER).min(len);
+    let mut shown: String = line.chars().skip(start).take(end - start).collect();
+    let mut at = col - start;
+    if start > 0 {
+        shown.insert_str(0, "...");
+        at += 3;
+    }
+    if end < len {
+        shown.push_str("...");
+    }
+    (shown, at)
 }
 
 /// Every problem found in one pass; validation reports all of them at once.
@@ -183,5 +207,18 @@ mod tests {
         assert!(r.contains("--> wf.yaml:3:15"), "{r}");
         assert!(r.contains("3 |     resource: X\n  |               ^"), "{r}");
         assert!(r.contains("help: try Null::Resource"), "{r}");
+    }
+
+    #[test]
+    fn long_lines_are_shown_around_the_column() {
+        let mut s = Sources::default();
+        let line = format!("k: {}x{}", "[".repeat(100_000), "]".repeat(100_000));
+        let f = s.add("deep.yaml", line);
+        let r = Diagnostic::new(Span::new(f, 1, 50_004), "here").render(&s);
+        assert!(r.len() < 500, "{r}");
+        let lines: Vec<&str> = r.lines().collect();
+        let caret = lines[4].find('^').unwrap();
+        assert_eq!(&lines[3][caret..caret + 1], "[", "{r}");
+        assert!(lines[3].starts_with("1 | ...[[[") && lines[3].ends_with("[[..."), "{r}");
     }
 }

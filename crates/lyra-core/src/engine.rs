@@ -22,12 +22,13 @@ use crate::program::Program;
 use crate::provider::{Lookup, OpContext, Provider, ProviderError, Providers, idempotency_key, legacy_idempotency_key};
 use crate::report::{Action, AttrChange, Mode, Report, Status, StepReport};
 use crate::schema::ResourceSchema;
+use crate::secret::{Secrets, masked};
 use crate::state::{
     ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunStart,
-    StateStore, StoreError,
+    StateStore, StoreError, StoreErrorKind, unreadable_message,
 };
-use crate::types::Type;
-use crate::value::{Map, Value, dig};
+use crate::types::{Type, TypeError};
+use crate::value::{Map, Value, dig, too_deep, too_deep_message};
 
 /// Progress notifications, for live output.
 pub trait Observer: Send + Sync {
@@ -128,6 +129,8 @@ struct Run<'e, 'a> {
     claims: Mutex<Claims>,
     /// Step failures that are not tied to a single resource report (store errors).
     fatal: Mutex<Option<String>>,
+    /// Every secret value met so far: masked and scrubbed from all the run reports.
+    secrets: Mutex<Secrets>,
 }
 
 fn child_id(prefix: &str, name: &str) -> String {
@@ -166,10 +169,7 @@ impl<'a> Engine<'a> {
         let started = Instant::now();
         let root = &program.main.root;
         let env = self.top_params(root, data)?;
-        let prior: HashMap<String, ResourceRecord> = self
-            .store
-            .load(deployment)
-            .await?
+        let prior: HashMap<String, ResourceRecord> = readable(deployment, self.store.load(deployment).await?)?
             .map(|d| d.resources.into_iter().map(|r| (r.step_id.clone(), r)).collect())
             .unwrap_or_default();
         let workflow = Some(program.main.name.clone());
@@ -177,6 +177,10 @@ impl<'a> Engine<'a> {
             .begin(mode == Mode::Apply, Operation::Apply, deployment, &workflow, actor)
             .await?;
         let run = Run::new(self, mode, program, deployment, data, prior, run_id);
+        run.remember_records(run.prior.values());
+        for v in env.values().filter(|v| v.sensitive) {
+            run.remember(&v.var);
+        }
         // A top-level workflow's children are named directly under the deployment; a
         // top-level resource is named after the workflow.
         let root_id = match root.kind {
@@ -224,11 +228,15 @@ impl<'a> Engine<'a> {
                 failed = true;
             }
         }
-        let mut report = run
-            .conclude(run_id, started, workflow, returns, failed, cancelled)
-            .await?;
-        report.sensitive_returns = sensitive_returns;
-        Ok(report)
+        run.conclude(
+            run_id,
+            started,
+            workflow,
+            (returns, sensitive_returns),
+            failed,
+            cancelled,
+        )
+        .await
     }
 
     /// Deletes every resource recorded for the deployment, in reverse dependency order.
@@ -246,7 +254,7 @@ impl<'a> Engine<'a> {
         let started = Instant::now();
         // Deleting what was never recorded has nothing to do, and must not record it: a
         // history entry would create the deployment it deletes.
-        let recorded = self.store.load(deployment).await?;
+        let recorded = readable(deployment, self.store.load(deployment).await?)?;
         let exists = recorded.is_some();
         let state: DeploymentState = recorded.unwrap_or_default();
         let run_id = self
@@ -264,8 +272,9 @@ impl<'a> Engine<'a> {
         };
         let empty = Map::new();
         let run = Run::new(self, mode, &program, deployment, &empty, HashMap::new(), run_id);
+        run.remember_records(state.resources.iter());
         let ok = run.delete_all(state.resources).await;
-        run.conclude(run_id, started, state.workflow, Map::new(), !ok, false)
+        run.conclude(run_id, started, state.workflow, (Map::new(), Vec::new()), !ok, false)
             .await
     }
 
@@ -320,6 +329,16 @@ impl<'a> Engine<'a> {
                     )
                 }),
             };
+            let value = value.and_then(|v| {
+                if too_deep(&v) {
+                    Err(Diagnostic::new(
+                        p.span,
+                        format!("parameter '{}': {}", p.name, too_deep_message("its value in the data")),
+                    ))
+                } else {
+                    Ok(v)
+                }
+            });
             match value {
                 Ok(v) => match coerce_opt(p.ty.as_ref(), &v) {
                     Ok(v) => {
@@ -332,7 +351,10 @@ impl<'a> Engine<'a> {
                             },
                         );
                     }
-                    Err(e) => diags.push(Diagnostic::new(p.span, format!("parameter '{}' {e}", p.name))),
+                    Err(e) => diags.push(Diagnostic::new(
+                        p.span,
+                        format!("parameter '{}' {}", p.name, type_error_text(&e, false)),
+                    )),
                 },
                 Err(d) => diags.push(d),
             }
@@ -357,7 +379,29 @@ pub fn lookup<'d>(data: &'d Map, key: &str) -> Option<&'d Value> {
     dig(first, &rest)
 }
 
-fn coerce_opt(ty: Option<&Type>, v: &Value) -> Result<Value, crate::types::TypeError> {
+/// The state as loaded, unless some of its records cannot be read: running on a partial state
+/// would recreate (or forget to delete) what those records stand for.
+fn readable(deployment: &str, state: Option<DeploymentState>) -> Result<Option<DeploymentState>, EngineError> {
+    match state {
+        Some(s) if !s.unreadable.is_empty() => Err(EngineError::Store(StoreError::new(
+            StoreErrorKind::Corrupt,
+            unreadable_message(deployment, &s.unreadable),
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// A type error for a message. Of a secret value, neither the value nor where inside it
+/// the problem is: only what was expected.
+fn type_error_text(e: &TypeError, secret: bool) -> String {
+    if secret {
+        format!("expects {}, got a sensitive value (not shown)", e.expected)
+    } else {
+        e.to_string()
+    }
+}
+
+fn coerce_opt(ty: Option<&Type>, v: &Value) -> Result<Value, TypeError> {
     match ty {
         Some(t) => t.coerce(v),
         None => Ok(v.clone()),
@@ -524,6 +568,24 @@ impl<'e, 'a> Run<'e, 'a> {
             reports: Mutex::new(Vec::new()),
             claims: Mutex::new(Claims::default()),
             fatal: Mutex::new(None),
+            secrets: Mutex::new(Secrets::default()),
+        }
+    }
+
+    /// Remembers a secret value, to mask and scrub it wherever it shows up.
+    fn remember(&self, var: &Var) {
+        if let Var::Known(v) = var {
+            self.secrets.lock().expect("secrets lock").add(v);
+        }
+    }
+
+    /// Remembers the secrets recorded in earlier runs: their old values may still show up
+    /// (in a provider's echo, an attribute's old value, an error).
+    fn remember_records<'r>(&self, records: impl Iterator<Item = &'r ResourceRecord>) {
+        let schemas = self.engine.providers.schemas();
+        let mut secrets = self.secrets.lock().expect("secrets lock");
+        for rec in records {
+            secrets.add_record(rec, schemas.get(&rec.type_name));
         }
     }
 
@@ -533,12 +595,31 @@ impl<'e, 'a> Run<'e, 'a> {
         run_id: Option<RunId>,
         started: Instant,
         workflow: Option<String>,
-        returns: Map,
+        (returns, mut sensitive_returns): (Map, Vec<String>),
         failed: bool,
         cancelled: bool,
     ) -> Result<Report, EngineError> {
-        let fatal = self.fatal.lock().expect("fatal lock").take();
-        let steps = self.reports.into_inner().expect("reports lock");
+        // Everything leaving the engine is redacted with every secret the run has met (a step
+        // reported early may show a secret learnt later).
+        let secrets = self.secrets.into_inner().expect("secrets lock");
+        let fatal = self.fatal.lock().expect("fatal lock").take().map(|f| secrets.scrub(&f));
+        let mut steps = self.reports.into_inner().expect("reports lock");
+        for s in &mut steps {
+            secrets.redact_step(s);
+        }
+        let returns: Map = returns
+            .into_iter()
+            .map(|(k, v)| {
+                if sensitive_returns.contains(&k) || secrets.reveals(&v) {
+                    if !sensitive_returns.contains(&k) {
+                        sensitive_returns.push(k.clone());
+                    }
+                    (k, masked())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect();
         let failed = failed || fatal.is_some() || steps.iter().any(|s| s.status == Status::Failed);
         let outcome = if cancelled {
             Outcome::Cancelled
@@ -554,7 +635,7 @@ impl<'e, 'a> Run<'e, 'a> {
             outcome,
             run: run_id,
             returns,
-            sensitive_returns: Vec::new(),
+            sensitive_returns,
             counts: count(&steps),
             steps,
             duration: started.elapsed(),
@@ -569,7 +650,8 @@ impl<'e, 'a> Run<'e, 'a> {
         self.engine.sources.location(span)
     }
 
-    fn report(&self, r: StepReport) {
+    fn report(&self, mut r: StepReport) {
+        self.secrets.lock().expect("secrets lock").redact_step(&mut r);
         self.engine.observer.step_finished(&r);
         self.reports.lock().expect("reports lock").push(r);
     }
@@ -704,31 +786,49 @@ impl<'e, 'a> Run<'e, 'a> {
     }
 
     fn lookup_param(&self, key: &str, p: &Param) -> Result<Val, String> {
-        lookup(self.data, key).map(|v| Val::known(v.clone())).ok_or_else(|| {
+        let v = lookup(self.data, key).ok_or_else(|| {
             format!(
                 "{}: parameter '{}': lookup key '{key}' not found in the data",
                 self.loc(p.span),
                 p.name
             )
-        })
+        })?;
+        if too_deep(v) {
+            return Err(format!(
+                "{}: parameter '{}': {}",
+                self.loc(p.span),
+                p.name,
+                too_deep_message(&format!("the data at '{key}'"))
+            ));
+        }
+        Ok(Val::known(v.clone()))
     }
 
     /// Coerces a parameter's value to its declared type (`of` names a called workflow).
     fn typed(&self, v: Val, p: &Param, of: &str) -> Result<Val, String> {
-        match (&v.var, &p.ty) {
+        let sensitive = v.sensitive || p.ty.as_ref().is_some_and(Type::is_sensitive);
+        let v = match (&v.var, &p.ty) {
             (Var::Known(x), Some(t)) => t
                 .coerce(x)
                 .map(|x| Val {
                     var: Var::Known(x),
                     origins: v.origins.clone(),
-                    sensitive: v.sensitive || p.ty.as_ref().is_some_and(Type::is_sensitive),
+                    sensitive,
                 })
-                .map_err(|e| format!("{}: parameter '{}'{of} {e}", self.loc(p.span), p.name)),
-            _ => Ok(Val {
-                sensitive: v.sensitive || p.ty.as_ref().is_some_and(Type::is_sensitive),
-                ..v
-            }),
+                .map_err(|e| {
+                    format!(
+                        "{}: parameter '{}'{of} {}",
+                        self.loc(p.span),
+                        p.name,
+                        type_error_text(&e, v.sensitive)
+                    )
+                })?,
+            _ => Val { sensitive, ..v },
+        };
+        if sensitive {
+            self.remember(&v.var);
         }
+        Ok(v)
     }
 
     fn resolve(&self, e: &Expr, env: &Env) -> Result<Val, String> {
@@ -743,6 +843,16 @@ impl<'e, 'a> Run<'e, 'a> {
         }
         let origins = Arc::new(origins.into_iter().collect());
         match e.resolve(&look) {
+            // Templates nest values in values: a chain of steps could build values of any
+            // depth. Only a template with references can go past the YAML limit, so the
+            // first reference says where.
+            Ok(v) if too_deep(&v) => {
+                let at = e
+                    .refs()
+                    .first()
+                    .map_or_else(String::new, |r| format!("{}: ", self.loc(r.span)));
+                Err(format!("{at}{}", too_deep_message("the value built here")))
+            }
             Ok(v) => Ok(Val {
                 var: Var::Known(v),
                 origins,
@@ -807,20 +917,37 @@ impl<'e, 'a> Run<'e, 'a> {
                 ReturnSource::Value(e) => Some(self.resolve(e, scope)?),
             }
             .unwrap_or_else(|| Val::known(Value::Null));
-            let v = match (&v.var, &r.ty) {
-                (Var::Known(x), Some(t)) => Val {
-                    var: Var::Known(
-                        t.coerce(x)
-                            .map_err(|e| format!("{}: return '{}' {e}", self.loc(r.span), r.name))?,
-                    ),
-                    origins: v.origins,
-                    sensitive: v.sensitive || t.is_sensitive(),
-                },
-                _ => v,
-            };
-            out.insert(r.name.clone(), v);
+            out.insert(r.name.clone(), self.typed_return(r, v)?);
         }
         Ok(out)
+    }
+
+    /// A return's value coerced to its declared `type`, whatever the step (a `Sensitive`
+    /// type makes it secret).
+    fn typed_return(&self, r: &Return, v: Val) -> Result<Val, String> {
+        let v = match (&v.var, &r.ty) {
+            (Var::Known(x), Some(t)) => Val {
+                var: Var::Known(t.coerce(x).map_err(|e| {
+                    format!(
+                        "{}: return '{}' {}",
+                        self.loc(r.span),
+                        r.name,
+                        type_error_text(&e, v.sensitive)
+                    )
+                })?),
+                origins: v.origins,
+                sensitive: v.sensitive || t.is_sensitive(),
+            },
+            (_, Some(t)) => Val {
+                sensitive: v.sensitive || t.is_sensitive(),
+                ..v
+            },
+            _ => v,
+        };
+        if v.sensitive {
+            self.remember(&v.var);
+        }
+        Ok(v)
     }
 
     /// Runs the children of a workflow as their inputs become available. Returns every
@@ -994,10 +1121,11 @@ impl<'e, 'a> Run<'e, 'a> {
                     (ints[0], ints[1])
                 };
                 if to < from {
-                    let msg = if ints.len() == 1 {
-                        format!("'times' must not be negative, got {to}")
-                    } else {
-                        format!("'range' ends ({to}) before it starts ({from})")
+                    let msg = match (ints.len(), sensitive) {
+                        (1, false) => format!("'times' must not be negative, got {to}"),
+                        (1, true) => "'times' must not be negative".to_owned(),
+                        (_, false) => format!("'range' ends ({to}) before it starts ({from})"),
+                        (_, true) => "'range' ends before it starts".to_owned(),
                     };
                     return self.fail_step(step, &id, bad(msg), started);
                 }
@@ -1059,11 +1187,16 @@ impl<'e, 'a> Run<'e, 'a> {
             });
         }
         let mut out = Env::new();
-        let var = if unknown {
-            Var::Unknown
-        } else {
-            Var::Known(Value::Array(items))
-        };
+        let items = Value::Array(items);
+        if too_deep(&items) {
+            let msg = format!(
+                "{}: {}",
+                self.loc(step.span),
+                too_deep_message(&format!("the collected '{into}'"))
+            );
+            return self.fail_step(step, &id, msg, started);
+        }
+        let var = if unknown { Var::Unknown } else { Var::Known(items) };
         out.insert(
             into.to_owned(),
             Val {
@@ -1110,10 +1243,11 @@ impl<'e, 'a> Run<'e, 'a> {
                 let mut out = Env::new();
                 for r in &step.returns {
                     let src = r.source_name().unwrap_or(&r.name);
-                    out.insert(
-                        r.name.clone(),
-                        returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null)),
-                    );
+                    let v = returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null));
+                    match self.typed_return(r, v) {
+                        Ok(v) => out.insert(r.name.clone(), v),
+                        Err(msg) => return self.fail_step(step, &id, msg, started),
+                    };
                 }
                 Done::Ok(out)
             }
@@ -1153,7 +1287,8 @@ impl<'e, 'a> Run<'e, 'a> {
         }
         for a in value {
             let resolved = self.resolve(&a.expr, &env);
-            if let Ok(Val { sensitive: true, .. }) = resolved {
+            let secret = matches!(resolved, Ok(Val { sensitive: true, .. }));
+            if secret {
                 tainted.insert(a.name.clone());
             }
             match resolved {
@@ -1161,20 +1296,27 @@ impl<'e, 'a> Run<'e, 'a> {
                     let ty = schema.attribute(&a.name).map(|x| &x.ty);
                     match coerce_opt(ty, &v) {
                         Ok(v) => {
+                            if secret {
+                                self.remember(&Var::Known(v.clone()));
+                            }
                             desired.insert(a.name.clone(), v);
                         }
                         Err(e) => {
-                            let inner = if e.path.is_empty() {
+                            let inner = if e.path.is_empty() || secret {
                                 String::new()
                             } else {
                                 format!(" at '{}'", e.path)
                             };
+                            let found = if secret {
+                                "a sensitive value (not shown)".to_owned()
+                            } else {
+                                e.found
+                            };
                             let msg = format!(
-                                "{}: attribute '{}'{inner} of {type_name} expects {}, got {}",
+                                "{}: attribute '{}'{inner} of {type_name} expects {}, got {found}",
                                 self.loc(a.span),
                                 a.name,
                                 e.expected,
-                                e.found
                             );
                             return self.fail_step(step, &id, msg, started);
                         }
@@ -1230,7 +1372,10 @@ impl<'e, 'a> Run<'e, 'a> {
                 return self.finish(step, &id, Action::Read, vec![], None, started, Env::new(), true);
             };
             let actual = match provider.read(&cx, &ext, prior.map(|p| &p.actual)).await {
-                Ok(Some(a)) => a,
+                Ok(Some(a)) => match self.check_returned(step, &schema.name, &a) {
+                    Ok(()) => a,
+                    Err(msg) => return self.fail_step(step, &id, msg, started),
+                },
                 Ok(None) => {
                     return self.fail_step(
                         step,
@@ -1241,7 +1386,7 @@ impl<'e, 'a> Run<'e, 'a> {
                 }
                 Err(e) => return self.fail_step(step, &id, err(e), started),
             };
-            let secret = secret_attributes(schema, &tainted, &desired, &actual);
+            let secret = self.secret_attributes(schema, &tainted, &desired, &actual, prior);
             if self.mode == Mode::Apply {
                 let rec = ResourceRecord {
                     step_id: id.clone(),
@@ -1261,8 +1406,10 @@ impl<'e, 'a> Run<'e, 'a> {
                     return self.store_failed(step, &id, &e, started);
                 }
             }
-            let returns = self.resource_returns(step, schema, Action::Read, &desired, &unknown, &actual, &id, &secret);
-            return self.finish(step, &id, Action::Read, vec![], Some(ext), started, returns, false);
+            return match self.resource_returns(step, schema, Action::Read, &desired, &unknown, &actual, &id, &secret) {
+                Ok(returns) => self.finish(step, &id, Action::Read, vec![], Some(ext), started, returns, false),
+                Err(msg) => self.fail_as(step, &id, Action::Read, Some(ext), msg, started),
+            };
         }
 
         // What is there now? A resource deleted behind our back is created again. A pending
@@ -1270,7 +1417,10 @@ impl<'e, 'a> Run<'e, 'a> {
         // the provider can tell whether the resource was made.
         let current = match prior {
             Some(rec) if rec.pending => match provider.lookup(&cx).await {
-                Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
+                Ok(Lookup::Found(c)) => match self.check_returned(step, &schema.name, &c.actual) {
+                    Ok(()) => Some((c.external_id, c.actual)),
+                    Err(msg) => return self.fail_step(step, &id, msg, started),
+                },
                 Ok(Lookup::Absent) => None,
                 Ok(Lookup::Unsupported) => {
                     let msg = unrecorded_message(self.deployment, &id, &schema.name);
@@ -1279,7 +1429,11 @@ impl<'e, 'a> Run<'e, 'a> {
                 Err(e) => return self.fail_step(step, &id, err(e), started),
             },
             Some(rec) => match provider.read(&cx, &rec.external_id, Some(&rec.actual)).await {
-                Ok(a) => a.map(|a| (rec.external_id.clone(), a)),
+                Ok(Some(a)) => match self.check_returned(step, &schema.name, &a) {
+                    Ok(()) => Some((rec.external_id.clone(), a)),
+                    Err(msg) => return self.fail_step(step, &id, msg, started),
+                },
+                Ok(None) => None,
                 Err(e) => return self.fail_step(step, &id, err(e), started),
             },
             None => None,
@@ -1299,15 +1453,25 @@ impl<'e, 'a> Run<'e, 'a> {
             }
         };
         let empty = Map::new();
-        let secret = secret_attributes(schema, &tainted, &desired, current.as_ref().map_or(&empty, |(_, a)| a));
+        let secret = self.secret_attributes(
+            schema,
+            &tainted,
+            &desired,
+            current.as_ref().map_or(&empty, |(_, a)| a),
+            prior,
+        );
         for c in &mut changes {
-            c.sensitive |= secret.contains(&c.attribute);
+            // The old value is secret if the attribute was: it may hold an old secret.
+            c.sensitive |= secret.contains(&c.attribute) || prior.is_some_and(|p| p.sensitive.contains(&c.attribute));
         }
         if self.mode == Mode::Plan {
             let actual = current.as_ref().map_or(&empty, |(_, a)| a);
             let returns = self.resource_returns(step, schema, action, &desired, &unknown, actual, &id, &secret);
             let ext = current.map(|(e, _)| e);
-            return self.finish(step, &id, action, changes, ext, started, returns, false);
+            return match returns {
+                Ok(returns) => self.finish(step, &id, action, changes, ext, started, returns, false),
+                Err(msg) => self.fail_as(step, &id, action, ext, msg, started),
+            };
         }
 
         // The intent is recorded before `create` so that a crash before the result is recorded
@@ -1356,8 +1520,19 @@ impl<'e, 'a> Run<'e, 'a> {
             }
         }
         .await;
+        // A value too deep to store is not stored: a created resource keeps its intent record
+        // (the next run asks the provider for it, as after a crash), an updated one its old
+        // record.
+        let result = result.and_then(|(ext, actual)| match self.check_returned(step, &schema.name, &actual) {
+            Ok(()) => Ok((ext, actual)),
+            Err(msg) => Err(Failure::Unstorable(msg)),
+        });
         let (ext, actual) = match result {
             Ok(r) => r,
+            Err(Failure::Unstorable(msg)) => {
+                let ext = current.map(|(e, _)| e);
+                return self.fail_as(step, &id, action, ext, msg, started);
+            }
             // After a failed replace the old resource may be gone: the next run reads it,
             // finds nothing and creates it.
             Err(Failure::Provider(e)) => {
@@ -1382,7 +1557,8 @@ impl<'e, 'a> Run<'e, 'a> {
             depends_on,
             managed: true,
             pending: false,
-            sensitive: secret_attributes(schema, &tainted, &desired, &actual)
+            sensitive: self
+                .secret_attributes(schema, &tainted, &desired, &actual, prior)
                 .into_iter()
                 .collect(),
             create_key: None,
@@ -1394,8 +1570,66 @@ impl<'e, 'a> Run<'e, 'a> {
             return self.store_failed(step, &id, &e, started);
         }
         let secret: BTreeSet<String> = rec.sensitive.iter().cloned().collect();
-        let returns = self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id, &secret);
-        self.finish(step, &id, action, changes, Some(ext), started, returns, false)
+        match self.resource_returns(step, schema, action, &desired, &unknown, &actual, &id, &secret) {
+            Ok(returns) => self.finish(step, &id, action, changes, Some(ext), started, returns, false),
+            // Recorded, but what it returns is not what the workflow says it is.
+            Err(msg) => self.fail_as(step, &id, action, Some(ext), msg, started),
+        }
+    }
+
+    /// The attributes of a resource whose values are secret: those set from something
+    /// sensitive (`tainted`), those the provider marks secret, those holding a known secret
+    /// (a provider echoing a secret input, now or from an earlier run, which it cannot know
+    /// to mark), and those the prior record marked whose value has not changed since. Their
+    /// values are remembered as secrets.
+    fn secret_attributes(
+        &self,
+        schema: &ResourceSchema,
+        tainted: &BTreeSet<String>,
+        desired: &Map,
+        actual: &Map,
+        prior: Option<&ResourceRecord>,
+    ) -> BTreeSet<String> {
+        let mut out = tainted.clone();
+        let marked = |k: &str| schema.attribute(k).is_some_and(|a| a.is_secret());
+        out.extend(desired.keys().chain(actual.keys()).filter(|k| marked(k)).cloned());
+        let mut secrets = self.secrets.lock().expect("secrets lock");
+        for k in &out {
+            for m in [desired, actual] {
+                if let Some(v) = m.get(k) {
+                    secrets.add(v);
+                }
+            }
+        }
+        let unchanged = |k: &String| prior.is_some_and(|p| p.sensitive.contains(k) && p.actual.get(k) == actual.get(k));
+        let echoes: Vec<String> = desired
+            .iter()
+            .chain(actual.iter())
+            .filter(|(k, v)| !out.contains(*k) && (secrets.reveals(v) || unchanged(k)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in echoes {
+            for m in [desired, actual] {
+                if let Some(v) = m.get(&k) {
+                    secrets.add(v);
+                }
+            }
+            out.insert(k);
+        }
+        out
+    }
+
+    /// Whether what a provider returned can be recorded and shown: values nested deeper than
+    /// the limit could be written but never read back.
+    fn check_returned(&self, step: &Step, type_name: &str, actual: &Map) -> Result<(), String> {
+        match actual.iter().find(|(_, v)| too_deep(v)) {
+            None => Ok(()),
+            Some((k, _)) => Err(format!(
+                "{}: {type_name} returned a value that cannot be recorded: {}",
+                self.loc(step.span),
+                too_deep_message(&format!("attribute '{k}'"))
+            )),
+        }
     }
 
     fn store_failed(&self, step: &Step, id: &str, e: &StoreError, started: Instant) -> Done {
@@ -1415,7 +1649,7 @@ impl<'e, 'a> Run<'e, 'a> {
         actual: &Map,
         id: &str,
         secret: &BTreeSet<String>,
-    ) -> Env {
+    ) -> Result<Env, String> {
         let origins = Arc::new(vec![id.to_owned()]);
         let mut out = Env::new();
         for r in &step.returns {
@@ -1450,16 +1684,14 @@ impl<'e, 'a> Run<'e, 'a> {
                         .unwrap_or(Value::Null),
                 )
             };
-            out.insert(
-                r.name.clone(),
-                Val {
-                    var,
-                    origins: origins.clone(),
-                    sensitive,
-                },
-            );
+            let v = Val {
+                var,
+                origins: origins.clone(),
+                sensitive,
+            };
+            out.insert(r.name.clone(), self.typed_return(r, v)?);
         }
-        out
+        Ok(out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1654,33 +1886,6 @@ impl<'e, 'a> Run<'e, 'a> {
     }
 }
 
-/// The attributes of a resource whose values are secret: those set from something sensitive
-/// (`tainted`), those the provider marks secret, and those in which the provider echoes a
-/// secret input back (the same value), which it cannot know to mark.
-fn secret_attributes(
-    schema: &ResourceSchema,
-    tainted: &BTreeSet<String>,
-    desired: &Map,
-    actual: &Map,
-) -> BTreeSet<String> {
-    let mut out = tainted.clone();
-    let marked = |k: &str| schema.attribute(k).is_some_and(|a| a.sensitive || a.ty.is_sensitive());
-    out.extend(desired.keys().chain(actual.keys()).filter(|k| marked(k)).cloned());
-    let secrets: Vec<&Value> = tainted
-        .iter()
-        .filter_map(|t| desired.get(t))
-        .filter(|v| !v.is_null())
-        .collect();
-    out.extend(
-        actual
-            .iter()
-            .filter(|(_, v)| secrets.contains(v))
-            .map(|(k, _)| k.clone()),
-    );
-    out
-}
-
-/// Why a step stops at a record whose `create` may or may not have happened.
 /// The key a pending record's create was asked with: its own, or for records written before
 /// keys were recorded, the key those versions used.
 fn pending_key(deployment: &str, rec: &ResourceRecord) -> String {
@@ -1689,6 +1894,7 @@ fn pending_key(deployment: &str, rec: &ResourceRecord) -> String {
         .unwrap_or_else(|| legacy_idempotency_key(deployment, &rec.step_id))
 }
 
+/// Why a step stops at a record whose `create` may or may not have happened.
 fn unrecorded_message(deployment: &str, step_id: &str, type_name: &str) -> String {
     format!(
         "'{step_id}' was possibly created, unrecorded: an earlier run stopped between creating this \
@@ -1701,6 +1907,8 @@ fn unrecorded_message(deployment: &str, step_id: &str, type_name: &str) -> Strin
 enum Failure {
     Provider(ProviderError),
     Store(StoreError),
+    /// The provider's answer cannot be recorded (too deep).
+    Unstorable(String),
 }
 
 impl From<ProviderError> for Failure {

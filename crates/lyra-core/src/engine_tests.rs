@@ -23,6 +23,8 @@ struct MemStore {
     id: String,
     deployments: Mutex<HashMap<String, DeploymentState>>,
     runs: Mutex<RunId>,
+    /// What each run recorded as its end, for the history.
+    ends: Mutex<Vec<RunEnd>>,
 }
 
 impl Default for MemStore {
@@ -37,6 +39,7 @@ impl MemStore {
             id: id.to_owned(),
             deployments: Mutex::default(),
             runs: Mutex::new(0),
+            ends: Mutex::default(),
         }
     }
 }
@@ -76,7 +79,8 @@ impl StateStore for MemStore {
             .retain(|r| r.step_id != step_id);
         Ok(())
     }
-    async fn finish_run(&self, _: RunId, _: &RunEnd) -> Result<(), StoreError> {
+    async fn finish_run(&self, _: RunId, end: &RunEnd) -> Result<(), StoreError> {
+        self.ends.lock().unwrap().push(end.clone());
         Ok(())
     }
     async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
@@ -116,7 +120,10 @@ fn unused() -> StoreError {
     StoreError::new(StoreErrorKind::Other, "not used by the engine")
 }
 
-/// `Test::Thing`: fails when `input` is "boom"; logs every call.
+/// `Test::Thing`: fails when `input` is "boom", and with a message quoting `input` when it
+/// contains "fail" (or, on delete, "undeletable"); `echo` echoes `input`, as a provider may do
+/// without knowing it is secret; `deep` returns `input` nested in lists `input` times when
+/// `input` is a number; logs every call.
 #[derive(Default)]
 struct Scripted {
     log: Mutex<Vec<String>>,
@@ -143,6 +150,8 @@ impl Provider for Scripted {
                 AttributeSchema::new("input", Type::Any),
                 AttributeSchema::new("zone", Type::optional(Type::String)).immutable(),
                 AttributeSchema::new("id", Type::optional(Type::String)).provided(),
+                AttributeSchema::new("echo", Type::Any).computed(),
+                AttributeSchema::new("deep", Type::Any).computed(),
             ],
         )]
     }
@@ -158,10 +167,11 @@ impl Provider for Scripted {
         if desired.get("input") == Some(&json!("boom")) {
             return Err(ProviderError::Other("boom".into()));
         }
+        fails(desired)?;
         let mut n = self.next.lock().unwrap();
         *n += 1;
         let id = format!("t-{n}");
-        let mut actual = desired.clone();
+        let mut actual = echoed(desired);
         actual.insert("id".into(), json!(id));
         let created = Created {
             external_id: id,
@@ -191,14 +201,43 @@ impl Provider for Scripted {
         if desired.get("input") == Some(&json!("boom")) {
             return Err(ProviderError::Other("boom".into()));
         }
-        let mut actual = desired.clone();
+        fails(desired)?;
+        let mut actual = echoed(desired);
         actual.insert("id".into(), prior["id"].clone());
         Ok(actual)
     }
-    async fn delete(&self, cx: &OpContext<'_>, _: &str, _: &Map) -> Result<(), ProviderError> {
+    async fn delete(&self, cx: &OpContext<'_>, _: &str, prior: &Map) -> Result<(), ProviderError> {
         self.log.lock().unwrap().push(format!("delete {}", cx.step_id));
-        Ok(())
+        match prior.get("input").and_then(Value::as_str) {
+            Some(s) if s.contains("undeletable") => Err(ProviderError::Other(format!("cannot delete {s}"))),
+            _ => Ok(()),
+        }
     }
+}
+
+fn fails(desired: &Map) -> Result<(), ProviderError> {
+    match desired.get("input") {
+        Some(Value::String(s)) if s.contains("fail") => Err(ProviderError::InvalidValue {
+            attribute: "input".into(),
+            message: format!("'{s}' is not acceptable"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The actual state: the desired one with `echo` (and `deep`, for numbers) added.
+fn echoed(desired: &Map) -> Map {
+    let mut actual = desired.clone();
+    let input = desired.get("input").cloned().unwrap_or(Value::Null);
+    if let Some(n) = input.as_u64() {
+        let mut v = json!("leaf");
+        for _ in 0..n {
+            v = json!([v]);
+        }
+        actual.insert("deep".into(), v);
+    }
+    actual.insert("echo".into(), input);
+    actual
 }
 
 struct Fixture {
@@ -206,6 +245,17 @@ struct Fixture {
     store: MemStore,
     cancel: AtomicBool,
     provider: Arc<Scripted>,
+    observed: Recorder,
+}
+
+/// Keeps what observers see (live progress, `-v` output, controller logs).
+#[derive(Default)]
+struct Recorder(Mutex<Vec<String>>);
+
+impl Observer for Recorder {
+    fn step_finished(&self, r: &StepReport) {
+        self.0.lock().unwrap().push(format!("{r:?}"));
+    }
 }
 
 impl Fixture {
@@ -219,6 +269,7 @@ impl Fixture {
             store: MemStore::default(),
             cancel: AtomicBool::new(false),
             provider,
+            observed: Recorder::default(),
         }
     }
 
@@ -240,7 +291,7 @@ impl Fixture {
         let engine = Engine {
             providers: &self.providers,
             store: &self.store,
-            observer: &Quiet,
+            observer: &self.observed,
             sources: &sources,
             concurrency: 4,
             cancel: &self.cancel,
@@ -270,7 +321,7 @@ impl Fixture {
         let engine = Engine {
             providers: &self.providers,
             store: &self.store,
-            observer: &Quiet,
+            observer: &self.observed,
             sources: &sources,
             concurrency: 4,
             cancel: &self.cancel,
@@ -597,6 +648,7 @@ fn stores_never_share_create_keys() {
         store: MemStore::with_id("store-2"),
         cancel: AtomicBool::new(false),
         provider: Arc::clone(&one.provider),
+        observed: Recorder::default(),
     };
     let first = one.record("a").external_id;
     two.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
@@ -729,4 +781,332 @@ steps:
         .to_string();
     assert!(!err.contains("123456"), "{err}");
     assert!(err.contains("sensitive value is not shown"), "{err}");
+}
+
+/// Everything a run let out that someone may read: the reports (text, JSON, status, events),
+/// what observers saw (progress, logs) and what the history keeps.
+fn everything_shown(f: &Fixture, r: &Result<Report, EngineError>) -> String {
+    format!(
+        "{r:?}\n{:?}\n{:?}",
+        std::mem::take(&mut *f.observed.0.lock().unwrap()),
+        std::mem::take(&mut *f.store.ends.lock().unwrap())
+    )
+}
+
+#[track_caller]
+fn assert_hidden(shown: &str, secrets: &[&str]) {
+    for s in secrets {
+        assert!(!shown.contains(s), "{s} leaked:\n{shown}");
+    }
+}
+
+/// Secrets, old and new, never show, whatever the step does: create, update (a computed
+/// attribute echoing the old value, the original bug), no-op, replace, a provider error
+/// quoting the secret, delete and a failed delete quoting it.
+#[test]
+fn secrets_never_show_whatever_the_action() {
+    let f = Fixture::new();
+    let yaml = |zone: &str| {
+        format!(
+            "
+parameters:
+  secret: Sensitive[String]
+returns: [echoed, copied]
+steps:
+  a:
+    returns: {{echoed: echo}}
+    resource: Test::Thing
+    value: {{input: $secret, zone: {zone}}}
+  b:
+    returns: {{copied: echo}}
+    resource: Test::Thing
+    value: {{input: {{wrapped: [$echoed]}}}}
+"
+        )
+    };
+    let (s1, s2) = ("first-s3cret", "second-s3cret");
+    let data = |s: &str| json!({ "secret": s });
+    let all = [s1, s2, "undeletable-s3cret", "fail-s3cret"];
+
+    let r = f.try_run(&yaml("z1"), data(s1), Mode::Apply);
+    let shown = everything_shown(&f, &r);
+    assert_hidden(&shown, &all);
+    let r = r.unwrap();
+    assert_eq!((r.outcome, r.counts.created), (Outcome::Succeeded, 2));
+    assert_eq!(r.returns["echoed"], json!(crate::secret::MASK));
+    assert_eq!(
+        r.returns["copied"],
+        json!(crate::secret::MASK),
+        "derived through a provider"
+    );
+    assert_eq!(f.record("a").sensitive, ["echo", "input"]);
+    assert_eq!(f.record("b").sensitive, ["echo", "input"]);
+
+    for mode in [Mode::Plan, Mode::Apply] {
+        let r = f.try_run(&yaml("z1"), data(s2), mode);
+        assert_hidden(&everything_shown(&f, &r), &all);
+        let r = r.unwrap();
+        assert_eq!(step(&r, "a").action, Action::Update);
+        assert!(step(&r, "a").changes.iter().all(|c| c.sensitive), "{r:?}");
+        assert_eq!(r.returns["echoed"], json!(crate::secret::MASK), "{mode:?}");
+    }
+    let r = f.try_run(&yaml("z1"), data(s2), Mode::Apply);
+    assert_hidden(&everything_shown(&f, &r), &all);
+    assert_eq!(r.unwrap().counts.unchanged, 2);
+
+    for mode in [Mode::Plan, Mode::Apply] {
+        let r = f.try_run(&yaml("z2"), data("undeletable-s3cret"), mode);
+        assert_hidden(&everything_shown(&f, &r), &all);
+        assert_eq!(step(&r.unwrap(), "a").action, Action::Replace);
+    }
+
+    let r = f.try_run(&yaml("z2"), data("fail-s3cret"), Mode::Apply);
+    let shown = everything_shown(&f, &r);
+    assert_hidden(&shown, &all);
+    let r = r.unwrap();
+    assert_eq!(step(&r, "a").status, Status::Failed);
+    assert!(
+        shown.contains("invalid value for input: '(sensitive)' is not acceptable"),
+        "{shown}"
+    );
+
+    // The delete of `a` fails quoting its secret input.
+    let r = f.delete();
+    assert_eq!(r.outcome, Outcome::Failed);
+    let shown = everything_shown(&f, &Ok(r));
+    assert_hidden(&shown, &all);
+    assert!(shown.contains("cannot delete (sensitive)"), "{shown}");
+}
+
+/// A secret flowing into places whose errors would quote it: a typed parameter of a called
+/// workflow, a typed return, a resource attribute of another type, a negative `times`.
+#[test]
+fn errors_about_secret_values_do_not_quote_them() {
+    let cases = [
+        (
+            "parameters:\n  s: Sensitive\nsteps:\n  a:\n    parameters:\n      n: {type: Integer, value: $s}\n    resource: Test::Thing\n    value: {input: $n}\n",
+            json!({"s": "not-a-number-s3cret"}),
+            "not-a-number-s3cret",
+        ),
+        (
+            "parameters:\n  s: Sensitive\nreturns:\n  r: {type: 'Enum[a]', value: $s}\nsteps: {}\n",
+            json!({"s": "enum-s3cret"}),
+            "enum-s3cret",
+        ),
+        (
+            "parameters:\n  s: Sensitive\nsteps:\n  a:\n    resource: Test::Thing\n    value: {zone: {key: $s}}\n",
+            json!({"s": "zone-s3cret"}),
+            "zone-s3cret",
+        ),
+        (
+            "parameters:\n  s: Sensitive\nsteps:\n  n:\n    times: $s\n    as: i\n    step:\n      resource: Test::Thing\n      value: {input: $i}\n",
+            json!({"s": -98765}),
+            "98765",
+        ),
+    ];
+    for (yaml, data, secret) in cases {
+        let f = Fixture::new();
+        let r = f.try_run(yaml, data, Mode::Apply);
+        let shown = everything_shown(&f, &r);
+        assert!(shown.contains("Failed"), "{shown}");
+        assert_hidden(&shown, &[secret]);
+    }
+}
+
+/// A value a provider returns nested deeper than can be stored fails the step and is not
+/// recorded; so does a value the workflow builds too deep. Nothing deep is ever stored.
+#[test]
+fn values_too_deep_to_store_fail_their_step() {
+    let f = Fixture::new();
+    let yaml = "parameters: [n]\nsteps:\n  a:\n    resource: Test::Thing\n    value: {input: $n}\n";
+    let r = f.run(yaml, json!({"n": 64}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded, "at the limit: {r:?}");
+    assert_eq!(crate::value::depth(&f.record("a").actual["deep"]), 64);
+    let before = f.record("a");
+    let r = f.run(yaml, json!({"n": 65}), Mode::Apply);
+    let a = step(&r, "a");
+    assert_eq!((a.status, a.action), (Status::Failed, Action::Update));
+    let err = a.error.as_deref().unwrap();
+    assert!(
+        err.contains("t.yaml:3:3: Test::Thing returned a value that cannot be recorded"),
+        "{err}"
+    );
+    assert!(err.contains("attribute 'deep' nests more than 64 levels"), "{err}");
+    assert_eq!(f.record("a"), before, "the old record stays");
+
+    // Created: the intent stays, for the next run to ask the provider about.
+    let f = Fixture::new();
+    let r = f.run(yaml, json!({"n": 1000}), Mode::Apply);
+    assert_eq!(step(&r, "a").status, Status::Failed);
+    assert!(f.record("a").pending);
+
+    // Built by the workflow from a value at the limit.
+    let f = Fixture::new();
+    let mut deep = json!(1);
+    for _ in 0..crate::value::MAX_DEPTH {
+        deep = json!([deep]);
+    }
+    let wrap = "parameters: [d]\nsteps:\n  a:\n    resource: Test::Thing\n    value: {input: [$d]}\n";
+    let r = f.run(wrap, json!({ "d": deep[0].clone() }), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    let r = f.run(wrap, json!({ "d": deep }), Mode::Apply);
+    let err = step(&r, "a").error.clone().unwrap();
+    assert!(
+        err.contains("t.yaml:5:21: the value built here nests more than 64 levels"),
+        "{err}"
+    );
+    assert_eq!(f.record("a").desired["input"], json!([deep[0].clone()]), "unchanged");
+
+    // Data deeper than the limit is refused before anything runs.
+    let err = f
+        .try_run(wrap, json!({ "d": [deep] }), Mode::Plan)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("parameter 'd': its value in the data nests more than 64 levels"),
+        "{err}"
+    );
+}
+
+/// A deployment with a record the store cannot read is neither planned, applied nor
+/// deleted: the error names the record and the way out.
+#[test]
+fn unreadable_records_stop_runs_and_name_the_way_out() {
+    let f = Fixture::new();
+    f.run(CHAIN, json!({"x": "ok"}), Mode::Apply);
+    f.store
+        .deployments
+        .lock()
+        .unwrap()
+        .get_mut("d")
+        .unwrap()
+        .unreadable
+        .push(crate::state::UnreadableRecord {
+            step_id: "old".into(),
+            type_name: "Test::Thing".into(),
+            error: "corrupt state: cannot decode resources.actual".into(),
+        });
+    f.log();
+    for mode in [Mode::Plan, Mode::Apply] {
+        let err = f.try_run(CHAIN, json!({"x": "ok"}), mode).unwrap_err().to_string();
+        assert!(err.contains("step 'old' (Test::Thing): corrupt state"), "{err}");
+        assert!(err.contains("lyra state rm d old"), "{err}");
+    }
+    let sources = Sources::default();
+    let engine = Engine {
+        providers: &f.providers,
+        store: &f.store,
+        observer: &Quiet,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+    };
+    assert!(block_on(engine.delete("d", "test")).is_err());
+    assert!(f.log().is_empty(), "no provider was called");
+}
+
+/// Steps nested as deep as validation allows (calls 64 levels deep) run on a 2 MiB stack, a
+/// tokio worker's default.
+#[test]
+fn steps_nested_to_the_limit_run_on_a_small_stack() {
+    let handle = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            let f = Fixture::new();
+            // w0 to w62: the leaf resource is the 64th level.
+            let n = crate::value::MAX_DEPTH - 1;
+            let text = move |i: usize| {
+                if i + 1 < n {
+                    format!("parameters: [x]\nreturns: [y]\nsteps:\n  next:\n    call: w{}\n    returns: [y]\n", i + 1)
+                } else {
+                    "parameters: [x]\nreturns: [y]\nsteps:\n  a:\n    returns: {y: id}\n    resource: Test::Thing\n    value: {input: $x}\n".to_owned()
+                }
+            };
+            let mut sources = Sources::default();
+            let mut source = |name: &str| {
+                let i: usize = name.strip_prefix('w')?.parse().ok()?;
+                (i < n).then(|| (format!("{name}.yaml"), text(i)))
+            };
+            let prog = program::load("w0", ("w0.yaml".into(), text(0)), &mut source, &mut sources, f.providers.schemas())
+                .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
+            let engine = Engine {
+                providers: &f.providers,
+                store: &f.store,
+                observer: &Quiet,
+                sources: &sources,
+                concurrency: 4,
+                cancel: &f.cancel,
+            };
+            let data = json!({"x": 1}).as_object().cloned().unwrap();
+            let r = block_on(engine.apply(&prog, "d", &data, "test")).unwrap();
+            assert_eq!(r.outcome, Outcome::Succeeded);
+            assert_eq!(r.returns["y"], json!("t-1"));
+            assert_eq!(f.ids().len(), 1);
+        })
+        .unwrap();
+    handle.join().expect("no stack overflow");
+}
+
+/// A `type` on a resource's or a call's return is applied like on a workflow's: `Sensitive`
+/// makes the value secret (it used to be ignored, and the value printed), and a value of
+/// the wrong type fails the step.
+#[test]
+fn types_on_resource_and_call_returns_are_applied() {
+    let f = Fixture::new();
+    let yaml = "
+returns: [pw, n, called]
+steps:
+  a:
+    returns:
+      pw: {alias: echo, type: Sensitive}
+      n: {alias: input, type: String}
+    resource: Test::Thing
+    value: {input: plain-but-secret}
+  c:
+    call: lib
+    returns:
+      called: {alias: out, type: 'Sensitive[String]'}
+";
+    let lib = "returns: [out]\nsteps:\n  x:\n    returns: {out: echo}\n    resource: Test::Thing\n    value: {input: also-secret}\n";
+    let mut sources = Sources::default();
+    let mut source = |name: &str| (name == "lib").then(|| ("lib.yaml".to_owned(), lib.to_owned()));
+    let prog = program::load(
+        "t",
+        ("t.yaml".into(), yaml.into()),
+        &mut source,
+        &mut sources,
+        f.providers.schemas(),
+    )
+    .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
+    let engine = Engine {
+        providers: &f.providers,
+        store: &f.store,
+        observer: &f.observed,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+    };
+    let r = block_on(engine.apply(&prog, "d", &Map::new(), "test"));
+    // The report and the history. (Observers saw `c/x` finish before its caller declared
+    // the value secret: a secret declared downstream cannot be recalled from a live stream.)
+    let shown = format!("{r:?}\n{:?}", f.store.ends.lock().unwrap());
+    assert_hidden(&shown, &["plain-but-secret", "also-secret"]);
+    let r = r.unwrap();
+    assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
+    let mut secret = r.sensitive_returns;
+    secret.sort();
+    // `n` is the same value as `pw`, so it is masked too.
+    assert_eq!(secret, ["called", "n", "pw"]);
+
+    let wrong = "steps:\n  a:\n    returns:\n      n: {alias: input, type: Integer}\n    resource: Test::Thing\n    value: {input: abc}\n";
+    let r = f.run(wrong, json!({}), Mode::Apply);
+    let a = step(&r, "a");
+    assert_eq!(a.status, Status::Failed);
+    assert!(
+        a.error
+            .as_deref()
+            .unwrap()
+            .contains("return 'n' expects Integer, got String"),
+        "{a:?}"
+    );
 }

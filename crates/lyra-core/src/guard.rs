@@ -4,21 +4,30 @@
 use std::collections::BTreeSet;
 
 use crate::expr::Var;
-use crate::value::Value;
+use crate::value::{MAX_DEPTH, Value};
 
+/// A parsed guard. Chains of `and`/`or` are flat lists, so the tree is only as deep as the
+/// parentheses and negations, which are limited to [`MAX_DEPTH`]: walking it never exhausts
+/// the stack.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Guard {
     Var(String),
     Not(Box<Guard>),
-    And(Box<Guard>, Box<Guard>),
-    Or(Box<Guard>, Box<Guard>),
+    /// All of them (`a and b and c`).
+    And(Vec<Guard>),
+    /// Any of them (`a or b or c`).
+    Or(Vec<Guard>),
 }
 
 impl Guard {
     /// Parses a guard; the error says what is wrong and at which character offset.
     pub fn parse(src: &str) -> Result<Guard, (usize, String)> {
         let toks = tokenize(src)?;
-        let mut p = GuardParser { toks: &toks, pos: 0 };
+        let mut p = GuardParser {
+            toks: &toks,
+            pos: 0,
+            depth: 0,
+        };
         let g = p.or()?;
         if let Some((off, t)) = p.toks.get(p.pos) {
             return Err((*off, format!("unexpected '{t}'")));
@@ -38,10 +47,7 @@ impl Guard {
                 out.insert(n.clone());
             }
             Guard::Not(g) => g.collect(out),
-            Guard::And(a, b) | Guard::Or(a, b) => {
-                a.collect(out);
-                b.collect(out);
-            }
+            Guard::And(gs) | Guard::Or(gs) => gs.iter().for_each(|g| g.collect(out)),
         }
     }
 
@@ -53,16 +59,27 @@ impl Guard {
                 Var::Unknown => None,
             },
             Guard::Not(g) => g.eval(lookup).map(|b| !b),
-            Guard::And(a, b) => match (a.eval(lookup), b.eval(lookup)) {
-                (Some(false), _) | (_, Some(false)) => Some(false),
-                (Some(true), Some(true)) => Some(true),
-                _ => None,
-            },
-            Guard::Or(a, b) => match (a.eval(lookup), b.eval(lookup)) {
-                (Some(true), _) | (_, Some(true)) => Some(true),
-                (Some(false), Some(false)) => Some(false),
-                _ => None,
-            },
+            // Known once any term decides it, even if others are unknown (planning).
+            Guard::And(gs) => {
+                let vals: Vec<Option<bool>> = gs.iter().map(|g| g.eval(lookup)).collect();
+                if vals.contains(&Some(false)) {
+                    Some(false)
+                } else if vals.iter().all(|v| *v == Some(true)) {
+                    Some(true)
+                } else {
+                    None
+                }
+            }
+            Guard::Or(gs) => {
+                let vals: Vec<Option<bool>> = gs.iter().map(|g| g.eval(lookup)).collect();
+                if vals.contains(&Some(true)) {
+                    Some(true)
+                } else if vals.iter().all(|v| *v == Some(false)) {
+                    Some(false)
+                } else {
+                    None
+                }
+            }
         }
     }
 }
@@ -97,6 +114,8 @@ fn tokenize(src: &str) -> Result<Vec<(usize, String)>, (usize, String)> {
 struct GuardParser<'a> {
     toks: &'a [(usize, String)],
     pos: usize,
+    /// Open parentheses and negations around the current token: the parser recurses on them.
+    depth: usize,
 }
 
 impl GuardParser<'_> {
@@ -110,24 +129,45 @@ impl GuardParser<'_> {
     }
 
     fn or(&mut self) -> Result<Guard, (usize, String)> {
-        let mut left = self.and()?;
+        let mut terms = vec![self.and()?];
         while self.peek() == Some("or") {
             self.pos += 1;
-            left = Guard::Or(Box::new(left), Box::new(self.and()?));
+            terms.push(self.and()?);
         }
-        Ok(left)
+        Ok(if terms.len() == 1 {
+            terms.remove(0)
+        } else {
+            Guard::Or(terms)
+        })
     }
 
     fn and(&mut self) -> Result<Guard, (usize, String)> {
-        let mut left = self.not()?;
+        let mut terms = vec![self.not()?];
         while self.peek() == Some("and") {
             self.pos += 1;
-            left = Guard::And(Box::new(left), Box::new(self.not()?));
+            terms.push(self.not()?);
         }
-        Ok(left)
+        Ok(if terms.len() == 1 {
+            terms.remove(0)
+        } else {
+            Guard::And(terms)
+        })
     }
 
     fn not(&mut self) -> Result<Guard, (usize, String)> {
+        if self.depth >= MAX_DEPTH {
+            return Err((
+                self.offset(),
+                format!("the guard nests more than {MAX_DEPTH} levels of parentheses and negations (the limit)"),
+            ));
+        }
+        self.depth += 1;
+        let g = self.not_inner();
+        self.depth -= 1;
+        g
+    }
+
+    fn not_inner(&mut self) -> Result<Guard, (usize, String)> {
         match self.peek() {
             Some("!") | Some("not") => {
                 self.pos += 1;
@@ -183,6 +223,24 @@ mod tests {
         assert_eq!(g.eval(&look(t, f, n)), Some(true));
         assert_eq!(g.eval(&look(t, f, t)), Some(false));
         assert_eq!(g.eval(&look(n, t, t)), Some(false));
+    }
+
+    #[test]
+    fn long_chains_are_flat_and_deep_nesting_is_an_error() {
+        let chain = vec!["a"; 100_000].join(" and ");
+        let g = Guard::parse(&chain).unwrap();
+        let t = Var::Known(json!(true));
+        assert_eq!(g.eval(&|_: &str| Some(&t)), Some(true));
+        let ok = format!("{}a{}", "(".repeat(MAX_DEPTH - 1), ")".repeat(MAX_DEPTH - 1));
+        assert!(Guard::parse(&ok).is_ok());
+        for deep in [
+            format!("{}a{}", "(".repeat(100_000), ")".repeat(100_000)),
+            format!("{}a", "!".repeat(100_000)),
+        ] {
+            let (off, msg) = Guard::parse(&deep).unwrap_err();
+            assert!(msg.contains("nests more than"), "{msg}");
+            assert_eq!(off, MAX_DEPTH);
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod program;
 pub mod provider;
 pub mod report;
 pub mod schema;
+pub mod secret;
 pub mod state;
 pub mod types;
 pub mod validate;

@@ -7,6 +7,7 @@ use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::model::{Step, StepKind, Workflow};
 use crate::schema::SchemaRegistry;
 use crate::validate::{Signature, validate};
+use crate::value::MAX_DEPTH;
 use crate::yaml::parse_workflow_partial;
 
 /// A validated workflow and the workflows it calls, ready to plan or apply.
@@ -90,7 +91,13 @@ pub fn load(
         }
     }
     let sigs: HashMap<String, Signature> = parsed.iter().map(|(n, wf)| (n.clone(), Signature::of(wf))).collect();
+    let recursive = diags.len();
     check_recursion(&parsed, &mut diags);
+    if diags.len() == recursive
+        && let Some(main) = parsed.get(main_name)
+    {
+        check_nesting(main, &parsed, &mut diags);
+    }
     let mut workflows = HashMap::new();
     for (name, mut wf) in parsed {
         if let Err(d) = validate(&mut wf, schemas, &sigs) {
@@ -123,34 +130,144 @@ fn calls_with_spans(step: &Step, out: &mut Vec<(String, Span)>) {
     }
 }
 
-/// A workflow that (indirectly) calls itself would never finish.
+/// A call: its target, where it is, and how deep it is nested (the call step counts).
+type CallAt = (String, Span, usize);
+
+/// How deeply steps nest inside `step` (a resource is 1), without following calls, and each
+/// call with the nesting around it (the call step itself counts).
+fn local_nesting(step: &Step, outer: usize, calls: &mut Vec<CallAt>) -> usize {
+    let here = outer + 1;
+    match &step.kind {
+        StepKind::Workflow { steps, .. } => steps
+            .iter()
+            .map(|s| local_nesting(s, here, calls))
+            .max()
+            .unwrap_or(here),
+        StepKind::Collection { step, .. } => local_nesting(step, here, calls),
+        StepKind::Call {
+            target, target_span, ..
+        } => {
+            calls.push((target.clone(), *target_span, here));
+            here
+        }
+        StepKind::Resource { .. } => here,
+    }
+}
+
+/// Steps run inside their parents, so the engine's stack grows with their nesting. Within one
+/// file it is bounded by the YAML nesting limit; across calls (`a` calls `b` calls `c`...)
+/// it is checked here, at the main workflow's call that leads too deep. Runs after the
+/// recursion check: the calls form no cycle.
+fn check_nesting(main: &Workflow, parsed: &HashMap<String, Workflow>, diags: &mut Diagnostics) {
+    // Each workflow's own nesting and calls; then, children first (iteratively: a call
+    // chain may be long), the deepest nesting through its calls.
+    let mut local: HashMap<&str, (usize, Vec<CallAt>)> = HashMap::new();
+    for (name, wf) in parsed {
+        let mut calls = Vec::new();
+        let own = local_nesting(&wf.root, 0, &mut calls);
+        local.insert(name.as_str(), (own, calls));
+    }
+    let mut total: HashMap<&str, usize> = HashMap::new();
+    let mut stack: Vec<(&str, bool)> = vec![(main.name.as_str(), false)];
+    while let Some((name, expanded)) = stack.pop() {
+        if total.contains_key(name) {
+            continue;
+        }
+        let Some((own, calls)) = local.get(name) else {
+            // Not loaded: reported where it is called.
+            total.insert(name, 0);
+            continue;
+        };
+        if expanded {
+            let through_calls = calls
+                .iter()
+                .map(|(t, _, at)| at - 1 + total.get(t.as_str()).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            total.insert(name, (*own).max(through_calls));
+        } else {
+            stack.push((name, true));
+            stack.extend(calls.iter().map(|(t, _, _)| (t.as_str(), false)));
+        }
+    }
+    let Some((_, calls)) = local.get(main.name.as_str()) else {
+        return;
+    };
+    let deepest = calls
+        .iter()
+        .map(|(t, span, at)| (at - 1 + total.get(t.as_str()).copied().unwrap_or(0), t, span))
+        .max_by_key(|(d, _, _)| *d);
+    if let Some((depth, target, span)) = deepest
+        && depth > MAX_DEPTH
+    {
+        // Name the chain: follow the deepest call at each level.
+        let mut chain = vec![main.name.clone(), target.clone()];
+        let mut cur = target.as_str();
+        while let Some((_, calls)) = local.get(cur) {
+            let next = calls
+                .iter()
+                .max_by_key(|(t, _, at)| at + total.get(t.as_str()).copied().unwrap_or(0));
+            match next {
+                Some((t, _, _)) if chain.len() <= 2 * MAX_DEPTH => {
+                    chain.push(t.clone());
+                    cur = t.as_str();
+                }
+                _ => break,
+            }
+        }
+        if chain.len() > 8 {
+            let tail = chain.split_off(chain.len() - 3);
+            chain.truncate(4);
+            chain.push("...".to_owned());
+            chain.extend(tail);
+        }
+        diags.push(
+            Diagnostic::new(
+                *span,
+                format!(
+                    "steps nest {depth} levels deep through calls, more than the limit of {MAX_DEPTH}: {}",
+                    chain.join(" -> ")
+                ),
+            )
+            .with_help("call fewer levels deep, or inline some of the called workflows"),
+        );
+    }
+}
+
+/// A workflow that (indirectly) calls itself would never finish. Each cycle is reported at
+/// every call along it. Linear in the size of the call graph, so long call chains are cheap.
 fn check_recursion(parsed: &HashMap<String, Workflow>, diags: &mut Diagnostics) {
     let mut names: Vec<&String> = parsed.keys().collect();
     names.sort();
-    for start in names {
-        let mut calls = Vec::new();
-        calls_with_spans(&parsed[start].root, &mut calls);
-        for (target, span) in calls {
-            // Depth-first search from `target` back to `start`.
-            let mut stack = vec![(target.clone(), vec![start.clone(), target.clone()])];
-            let mut seen = HashSet::new();
-            while let Some((cur, path)) = stack.pop() {
-                if cur == *start {
-                    diags.push(Diagnostic::new(span, format!("recursive call: {}", path.join(" -> "))));
-                    break;
-                }
-                if !seen.insert(cur.clone()) {
-                    continue;
-                }
-                if let Some(wf) = parsed.get(&cur) {
-                    let mut next = Vec::new();
-                    call_targets(&wf.root, &mut next);
-                    for n in next {
-                        let mut p = path.clone();
-                        p.push(n.clone());
-                        stack.push((n, p));
-                    }
-                }
+    let index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+    let calls: Vec<Vec<(String, Span)>> = names
+        .iter()
+        .map(|n| {
+            let mut c = Vec::new();
+            calls_with_spans(&parsed[*n].root, &mut c);
+            c
+        })
+        .collect();
+    // deps[i]: the workflows `i` calls (find_cycles reads "depends on").
+    let deps: Vec<Vec<usize>> = calls
+        .iter()
+        .map(|c| {
+            let mut d: Vec<usize> = c.iter().filter_map(|(t, _)| index.get(t.as_str()).copied()).collect();
+            d.sort_unstable();
+            d.dedup();
+            d
+        })
+        .collect();
+    for mut cycle in crate::validate::find_cycles(&deps) {
+        // find_cycles lists a cycle callee first; calls go the other way.
+        cycle.reverse();
+        for k in 0..cycle.len() {
+            let (from, to) = (cycle[k], cycle[(k + 1) % cycle.len()]);
+            let path: Vec<&str> = (0..=cycle.len())
+                .map(|j| names[cycle[(k + j) % cycle.len()]].as_str())
+                .collect();
+            if let Some((_, span)) = calls[from].iter().find(|(t, _)| *t == *names[to]) {
+                diags.push(Diagnostic::new(*span, format!("recursive call: {}", path.join(" -> "))));
             }
         }
     }
@@ -159,6 +276,7 @@ fn check_recursion(parsed: &HashMap<String, Workflow>, diags: &mut Diagnostics) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::Providers;
 
     /// A call target that is not a name is reported where it is called and never handed to
     /// the source (which could turn it into a path outside the load path).
@@ -217,5 +335,80 @@ mod tests {
             assert!(check_workflow_name(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(check_workflow_name("a::..").unwrap_err().contains("'.'"));
+    }
+
+    /// `w0` calls `w1` ... calls `w{n-1}`, which holds one (unknown-typed, so schemas need
+    /// not matter) resource... A `steps:` of nothing keeps it valid.
+    fn chain(n: usize) -> Result<Program, Diagnostics> {
+        let text = |i: usize| {
+            if i + 1 < n {
+                format!("steps:\n  next:\n    call: w{}\n", i + 1)
+            } else {
+                "steps:\n".to_owned()
+            }
+        };
+        let mut source = |name: &str| {
+            let i: usize = name.strip_prefix('w')?.parse().ok()?;
+            (i < n).then(|| (format!("{name}.yaml"), text(i)))
+        };
+        let mut sources = Sources::default();
+        let providers = Providers::new();
+        load(
+            "w0",
+            ("w0.yaml".into(), text(0)),
+            &mut source,
+            &mut sources,
+            providers.schemas(),
+        )
+    }
+
+    #[test]
+    fn call_chains_nest_up_to_the_limit() {
+        assert!(chain(MAX_DEPTH).is_ok());
+        let err = chain(MAX_DEPTH + 2).unwrap_err();
+        assert_eq!(err.len(), 1, "{err}");
+        let msg = &err.0[0].message;
+        assert!(
+            msg.contains("more than the limit of 64") && msg.contains("w0 -> w1 -> "),
+            "{msg}"
+        );
+        assert_eq!((err.0[0].span.line, err.0[0].span.col), (3, 11));
+        // Long chains are checked without recursion.
+        let err = chain(5_000).unwrap_err();
+        assert!(err.0[0].message.contains("nest 5000 levels"), "{err}");
+    }
+
+    #[test]
+    fn recursion_is_reported_at_every_call_of_the_cycle() {
+        let texts = |name: &str| match name {
+            "a" => Some("steps:\n  x:\n    call: b\n"),
+            "b" => Some("steps:\n  y:\n    call: c\n"),
+            "c" => Some("steps:\n  z:\n    call: a\n  self:\n    call: d\n"),
+            "d" => Some("steps:\n  again:\n    call: d\n"),
+            _ => None,
+        };
+        let mut source = |name: &str| texts(name).map(|t| (format!("{name}.yaml"), t.to_owned()));
+        let mut sources = Sources::default();
+        let providers = Providers::new();
+        let err = load(
+            "a",
+            ("a.yaml".into(), texts("a").unwrap().into()),
+            &mut source,
+            &mut sources,
+            providers.schemas(),
+        )
+        .unwrap_err();
+        let mut msgs: Vec<&str> = err.iter().map(|d| d.message.as_str()).collect();
+        msgs.sort_unstable();
+        assert_eq!(
+            msgs,
+            [
+                "recursive call: a -> b -> c -> a",
+                "recursive call: b -> c -> a -> b",
+                "recursive call: c -> a -> b -> c",
+                "recursive call: d -> d",
+            ],
+            "{err}"
+        );
     }
 }

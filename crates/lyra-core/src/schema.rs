@@ -9,8 +9,13 @@ use crate::types::Type;
 pub struct AttributeSchema {
     pub name: String,
     pub ty: Type,
-    /// Computed by the provider (ids, addresses). Not diffed unless the workflow sets it.
+    /// Filled in by the provider when the workflow leaves it unset (an address the cloud
+    /// hands out unless one is pinned). Not diffed unless the workflow sets it.
     pub provided: bool,
+    /// Computed by the provider, never by the workflow (ids, echoes): read-only. Setting it
+    /// could never converge (every apply would see a difference), so validation rejects it.
+    /// Implies `provided`.
+    pub computed: bool,
     /// A change to this attribute replaces the resource instead of updating it.
     pub immutable: bool,
     /// Never printed in plans, logs or state output.
@@ -23,12 +28,19 @@ impl AttributeSchema {
             name: name.to_owned(),
             ty,
             provided: false,
+            computed: false,
             immutable: false,
             sensitive: false,
         }
     }
     pub fn provided(mut self) -> Self {
         self.provided = true;
+        self
+    }
+    /// Read-only: computed by the provider, never set by a workflow.
+    pub fn computed(mut self) -> Self {
+        self.provided = true;
+        self.computed = true;
         self
     }
     pub fn immutable(mut self) -> Self {
@@ -38,6 +50,10 @@ impl AttributeSchema {
     pub fn sensitive(mut self) -> Self {
         self.sensitive = true;
         self
+    }
+    /// Whether its values are secret: marked so, or typed `Sensitive`.
+    pub fn is_secret(&self) -> bool {
+        self.sensitive || self.ty.is_sensitive()
     }
 }
 

@@ -65,12 +65,44 @@ pub struct DeploymentState {
     /// The workflow last applied to it.
     pub workflow: Option<String>,
     pub resources: Vec<ResourceRecord>,
+    /// Records the store holds but cannot decode (damaged, or written by a broken or newer
+    /// Lyra). A store lists them rather than failing the whole load, so the rest of the
+    /// deployment stays readable and they can be named and removed (`lyra state rm`). The
+    /// engine refuses to plan, apply or delete a deployment that has any.
+    pub unreadable: Vec<UnreadableRecord>,
 }
 
 impl DeploymentState {
     pub fn resource(&self, step_id: &str) -> Option<&ResourceRecord> {
         self.resources.iter().find(|r| r.step_id == step_id)
     }
+}
+
+/// A resource record the store could not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableRecord {
+    pub step_id: String,
+    pub type_name: String,
+    /// Why it cannot be read.
+    pub error: String,
+}
+
+/// Why a deployment with unreadable records cannot be planned, applied or deleted, and how
+/// to recover: the message the engine fails with, and that `lyra state` commands print.
+pub fn unreadable_message(deployment: &str, unreadable: &[UnreadableRecord]) -> String {
+    let list: Vec<String> = unreadable
+        .iter()
+        .map(|u| format!("  step '{}' ({}): {}", u.step_id, u.type_name, u.error))
+        .collect();
+    let steps: Vec<&str> = unreadable.iter().map(|u| u.step_id.as_str()).collect();
+    format!(
+        "deployment '{deployment}' has {} record(s) Lyra cannot read:\n{}\n\
+         Nothing was changed. Check the resources by hand, then forget the records with \
+         `lyra state rm {deployment} {}` (this does not delete the resources).",
+        unreadable.len(),
+        list.join("\n"),
+        steps.join(" ")
+    )
 }
 
 /// What a run does to its deployment.

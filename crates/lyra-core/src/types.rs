@@ -59,7 +59,7 @@ impl Type {
 
     /// Parses a type expression such as `Hash[String, Array[Integer]]`.
     pub fn parse(src: &str) -> Result<Type, String> {
-        let mut p = Parser { src, pos: 0 };
+        let mut p = Parser { src, pos: 0, depth: 0 };
         let t = p.ty()?;
         p.ws();
         if p.pos < src.len() {
@@ -86,11 +86,16 @@ impl Type {
         };
         match (self, value) {
             (Type::Any, v) => Ok(v.clone()),
-            // The error names the kind of value it got, never the secret itself.
-            (Type::Sensitive(t), v) => t.coerce_at(v, path).map_err(|e| TypeError {
-                found: format!("{} (the sensitive value is not shown)", kind_of(v)),
-                ..e
-            }),
+            // The error names the kind of value it got, never the secret itself, nor where
+            // inside it the problem is (keys can be secret too).
+            (Type::Sensitive(t), v) => {
+                let outer = path.len();
+                t.coerce_at(v, path).map_err(|e| TypeError {
+                    path: e.path.get(..outer).unwrap_or_default().to_owned(),
+                    found: format!("{} (the sensitive value is not shown)", kind_of(v)),
+                    ..e
+                })
+            }
             (Type::Optional(_), Value::Null) => Ok(Value::Null),
             (Type::Optional(t), v) => t.coerce_at(v, path),
             (Type::String, Value::String(_)) => Ok(value.clone()),
@@ -193,10 +198,16 @@ impl Type {
                 }
                 Ok(Value::Object(out))
             }
-            (Type::Variant(types), v) => types
-                .iter()
-                .find_map(|t| t.coerce_at(v, path).ok())
-                .ok_or_else(|| mismatch(path)),
+            (Type::Variant(types), v) => {
+                let len = path.len();
+                // A failed alternative may leave its position in `path`.
+                let found = types.iter().find_map(|t| {
+                    let r = t.coerce_at(v, path).ok();
+                    path.truncate(len);
+                    r
+                });
+                found.ok_or_else(|| mismatch(path))
+            }
             _ => Err(mismatch(path)),
         }
     }
@@ -292,12 +303,14 @@ impl fmt::Display for Type {
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
+    /// How many types enclose the one being parsed: the parser recurses, so this is bounded.
+    depth: usize,
 }
 
 impl Parser<'_> {
     fn ws(&mut self) {
-        while self.src[self.pos..].starts_with(|c: char| c.is_whitespace()) {
-            self.pos += 1;
+        while let Some(c) = self.src[self.pos..].chars().next().filter(|c| c.is_whitespace()) {
+            self.pos += c.len_utf8();
         }
     }
 
@@ -367,6 +380,20 @@ impl Parser<'_> {
     }
 
     fn ty(&mut self) -> Result<Type, String> {
+        if self.depth >= crate::value::MAX_DEPTH {
+            return Err(format!(
+                "the type nests more than {} levels (the limit) at offset {}",
+                crate::value::MAX_DEPTH,
+                self.pos
+            ));
+        }
+        self.depth += 1;
+        let t = self.ty_inner();
+        self.depth -= 1;
+        t
+    }
+
+    fn ty_inner(&mut self) -> Result<Type, String> {
         let name = self.ident()?;
         let params = self.eat("[");
         let t = match (name.as_str(), params) {
@@ -480,6 +507,37 @@ mod tests {
         assert!(Type::parse("Strin").is_err());
         assert!(Type::parse("Hash[String").is_err());
         assert!(Type::parse("Array[String]]").is_err());
+        // Whitespace of more than one byte is skipped whole.
+        assert_eq!(
+            Type::parse("Array[\u{3000}String\u{3000}]").unwrap(),
+            Type::array(Type::String)
+        );
+    }
+
+    #[test]
+    fn nesting_is_limited_not_a_stack_overflow() {
+        let nest = |n: usize| format!("{}String{}", "Array[".repeat(n), "]".repeat(n));
+        let at_limit = Type::parse(&nest(crate::value::MAX_DEPTH - 1)).unwrap();
+        assert_eq!(Type::parse(&at_limit.to_string()).unwrap(), at_limit);
+        for n in [crate::value::MAX_DEPTH, 100_000] {
+            let err = Type::parse(&nest(n)).unwrap_err();
+            assert!(err.contains("nests more than 64 levels"), "{err}");
+            assert!(err.len() < 200, "the message does not repeat the type: {err}");
+        }
+    }
+
+    #[test]
+    fn sensitive_errors_show_neither_the_value_nor_its_keys() {
+        let t = Type::parse("Struct[{login => Sensitive[Hash[String, Integer]]}]").unwrap();
+        let err = t.coerce(&json!({"login": {"admin-name": "pa55word"}})).unwrap_err();
+        let text = err.to_string();
+        assert!(!text.contains("admin-name") && !text.contains("pa55word"), "{text}");
+        assert_eq!(err.path, "login");
+        let err = Type::parse("Sensitive[Integer[1, 10]]")
+            .unwrap()
+            .coerce(&json!(4242))
+            .unwrap_err();
+        assert!(!err.to_string().contains("4242"), "{err}");
     }
 
     #[test]

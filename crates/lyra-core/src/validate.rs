@@ -142,6 +142,28 @@ impl Cx<'_> {
                                         )),
                                     );
                                 }
+                                Some(attr) if attr.computed => {
+                                    let returns_it =
+                                        step.returns.iter().any(|r| r.source_name() == Some(attr.name.as_str()));
+                                    let help = if returns_it {
+                                        "remove it from 'value'; the step already returns it".to_owned()
+                                    } else {
+                                        format!(
+                                            "remove it from 'value'; to use it, return it: `returns: {{myName: {}}}`",
+                                            attr.name
+                                        )
+                                    };
+                                    self.diags.push(
+                                        Diagnostic::new(
+                                            a.span,
+                                            format!(
+                                                "attribute '{}' of {} in step '{step_name}' is computed by the provider and cannot be set",
+                                                a.name, schema.name
+                                            ),
+                                        )
+                                        .with_help(help),
+                                    );
+                                }
                                 Some(attr) => {
                                     if let crate::expr::Expr::Lit(v) = &a.expr
                                         && let Err(e) = attr.ty.coerce(v)

@@ -8,6 +8,71 @@ pub use serde_json::{Map as JsonMap, Value};
 /// An attribute map: a resource's desired or actual state.
 pub type Map = JsonMap<String, Value>;
 
+/// How deeply any value, YAML document or type/guard expression may nest (lists and maps
+/// within each other). One limit from parsing to storage: it is enforced when workflows, data
+/// files and `--var`s are parsed, when the engine builds a value or receives one from a
+/// provider, and when a store writes a record. It is well below the 128 levels `serde_json`
+/// reads back, so whatever is stored (inside a record, an export, a Kubernetes status) can
+/// always be read again, and no recursive walk over a value can exhaust the stack.
+pub const MAX_DEPTH: usize = 64;
+
+/// How deeply `value` nests: 0 for a scalar, 1 for `[1]` or `{a: 1}`, 2 for `[[1]]`...
+/// Iterative, so it is safe on values of any depth.
+pub fn depth(value: &Value) -> usize {
+    let mut max = 0;
+    // (a value, how many containers enclose it)
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((v, outer)) = stack.pop() {
+        match v {
+            Value::Array(items) => {
+                max = max.max(outer + 1);
+                stack.extend(items.iter().map(|x| (x, outer + 1)));
+            }
+            Value::Object(m) => {
+                max = max.max(outer + 1);
+                stack.extend(m.values().map(|x| (x, outer + 1)));
+            }
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Whether `value` nests deeper than [`MAX_DEPTH`]. Stops early on deep values.
+pub fn too_deep(value: &Value) -> bool {
+    too_deep_at(value, 0)
+}
+
+/// Whether `value`, itself inside `outer` containers, reaches deeper than [`MAX_DEPTH`].
+pub fn too_deep_at(value: &Value, outer: usize) -> bool {
+    let mut stack: Vec<(&Value, usize)> = vec![(value, outer)];
+    while let Some((v, outer)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(m) => Box::new(m.values()),
+            _ => continue,
+        };
+        if outer + 1 > MAX_DEPTH {
+            return true;
+        }
+        stack.extend(children.map(|x| (x, outer + 1)));
+    }
+    false
+}
+
+/// Whether setting `value` at the dotted key `a.b.c` of a data map (`--var`, the original's
+/// flat Kubernetes data keys) would nest the data deeper than [`MAX_DEPTH`]: the map itself
+/// and each segment but the last are a level. Checked before building anything.
+pub fn dotted_too_deep(dotted: &str, value: &Value) -> bool {
+    let levels = dotted.split('.').count();
+    levels > MAX_DEPTH || too_deep_at(value, levels)
+}
+
+/// The message for a value nested deeper than [`MAX_DEPTH`]; `what` names it.
+pub fn too_deep_message(what: &str) -> String {
+    format!("{what} nests more than {MAX_DEPTH} levels of lists and maps (the limit)")
+}
+
 /// Follows `path` (attribute names, or indices into arrays) inside `value`.
 pub fn dig<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
     let mut cur = value;
@@ -69,6 +134,40 @@ mod tests {
         assert_eq!(dig(&v, &path(&["a", "b", "0"])), Some(&json!(10)));
         assert_eq!(dig(&v, &path(&["a", "b", "1", "c"])), Some(&json!(true)));
         assert_eq!(dig(&v, &path(&["a", "x"])), None);
+    }
+
+    /// `[[...[x]...]]`, `n` lists deep.
+    fn nested(n: usize) -> Value {
+        let mut v = json!("x");
+        for _ in 0..n {
+            v = Value::Array(vec![v]);
+        }
+        v
+    }
+
+    #[test]
+    fn depth_counts_containers() {
+        assert_eq!(depth(&json!(1)), 0);
+        assert_eq!(depth(&json!([])), 1);
+        assert_eq!(depth(&json!({"a": [1, {"b": {}}]})), 4);
+        assert_eq!(depth(&nested(MAX_DEPTH)), MAX_DEPTH);
+        assert!(!too_deep(&nested(MAX_DEPTH)));
+        assert!(too_deep(&nested(MAX_DEPTH + 1)));
+        assert!(too_deep_at(&nested(MAX_DEPTH), 1));
+        assert!(!too_deep(&json!({"wide": (0..10_000).collect::<Vec<_>>()})));
+    }
+
+    #[test]
+    fn dotted_keys_count_towards_the_depth() {
+        let key = |n: usize| vec!["k"; n].join(".");
+        assert!(!dotted_too_deep(&key(MAX_DEPTH), &json!(1)));
+        assert!(dotted_too_deep(&key(MAX_DEPTH + 1), &json!(1)));
+        assert!(dotted_too_deep(&key(100_000), &json!(1)));
+        assert!(!dotted_too_deep("a", &nested(MAX_DEPTH - 1)));
+        assert!(dotted_too_deep("a.b", &nested(MAX_DEPTH - 1)));
+        let mut m = Map::new();
+        set_dotted(&mut m, &key(MAX_DEPTH - 1), nested(1));
+        assert_eq!(depth(&Value::Object(m)), MAX_DEPTH);
     }
 
     #[test]

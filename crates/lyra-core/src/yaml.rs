@@ -13,7 +13,7 @@ use crate::expr::{Expr, Ref};
 use crate::guard::Guard;
 use crate::model::{Attr, Over, Param, ParamSource, Return, ReturnSource, Step, StepKind, Workflow};
 use crate::types::Type;
-use crate::value::{Map, Value};
+use crate::value::{MAX_DEPTH, Map, Value};
 
 const COMMON_KEYS: &[&str] = &["parameters", "returns", "when"];
 const COLLECTION_KEYS: &[&str] = &["each", "eachPair", "times", "range"];
@@ -76,6 +76,14 @@ pub fn parse_data(file: FileId, text: &str) -> Result<Map, Diagnostics> {
 /// Parses a YAML value given on the command line or in data (no positions needed).
 pub fn parse_value(text: &str) -> Result<Value, String> {
     let wrapped = format!("v: {text}");
+    // The wrapping map is one level more than the value itself.
+    if let Some(m) = nesting_exceeds(&wrapped, MAX_DEPTH + 1) {
+        return Err(format!(
+            "{} (at column {})",
+            crate::value::too_deep_message("the value"),
+            m.col().saturating_sub(2)
+        ));
+    }
     let node = parse_yaml_with_options(
         0,
         &wrapped,
@@ -101,6 +109,46 @@ pub fn workflow_name(relative_path: &str) -> String {
     stem.replace(['/', '\\'], "::")
 }
 
+/// Where a YAML document first nests deeper than `limit` levels of lists and maps, if it does.
+///
+/// The YAML loader builds its tree recursively, so a deeply nested document (10,000 levels of
+/// block mappings, `- - - - …`) would overflow the stack before anything else could look at
+/// it. The parser's event stream is produced iteratively: counting starts and ends there
+/// costs one extra pass and no stack. Other malformed YAML is left for the loader to report.
+fn nesting_exceeds(text: &str, limit: usize) -> Option<yaml_rust2::scanner::Marker> {
+    use yaml_rust2::Event;
+    let mut parser = yaml_rust2::parser::Parser::new_from_str(text);
+    let mut depth = 0usize;
+    loop {
+        match parser.next_token() {
+            Ok((Event::SequenceStart(..), mark)) => {
+                depth += 1;
+                if depth > limit {
+                    return Some(mark);
+                }
+            }
+            Ok((Event::MappingStart(..), mark)) => {
+                depth += 1;
+                if depth > limit {
+                    // A block mapping's start is marked just past its first key: point at
+                    // the key instead (a flow mapping's mark is its `{`, which is right).
+                    let flow = text.chars().nth(mark.index()) == Some('{');
+                    return match parser.next_token() {
+                        Ok((Event::Scalar(..), key)) if !flow => Some(key),
+                        _ => Some(mark),
+                    };
+                }
+            }
+            Ok((Event::SequenceEnd | Event::MappingEnd, _)) => depth = depth.saturating_sub(1),
+            // The scanner reads flow collections (`[[[…`) ahead and gives up at 255 levels,
+            // before their events come out: that too is a document nested too deep.
+            Err(e) if e.info().contains("recursion limit") => return Some(*e.marker()),
+            Ok((Event::StreamEnd, _)) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
 fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
     let opts = LoaderOptions::default()
         .error_on_duplicate_keys(true)
@@ -108,6 +156,17 @@ fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
     if text.trim().is_empty() {
         let mut d = Diagnostics::default();
         d.error(Span::new(file, 1, 1), "the file is empty");
+        return Err(d);
+    }
+    if let Some(m) = nesting_exceeds(text, MAX_DEPTH) {
+        let mut d = Diagnostics::default();
+        d.push(
+            Diagnostic::new(
+                Span::new(file, m.line() as u32, m.col() as u32 + 1),
+                format!("the document nests more than {MAX_DEPTH} levels of lists and maps (the limit)"),
+            )
+            .with_help("flatten the structure; values this deep cannot be stored or shown"),
+        );
         return Err(d);
     }
     parse_yaml_with_options(file.0 as usize, text, opts).map_err(|e| {
@@ -337,9 +396,15 @@ impl FrontEnd {
                 Err((off, msg)) => {
                     // Point into the guard text when it is on one line.
                     let quoted = n.as_scalar().is_some_and(|s| !s.may_coerce());
+                    // A guard can be very long; the caret shows where the problem is.
+                    let shown = if src.chars().count() > 80 {
+                        format!("{}...", src.chars().take(77).collect::<String>())
+                    } else {
+                        src.clone()
+                    };
                     self.err(
                         at.shifted(off + usize::from(quoted)),
-                        format!("bad guard '{src}': {msg}"),
+                        format!("bad guard '{shown}': {msg}"),
                     );
                     None
                 }
@@ -688,6 +753,70 @@ mod tests {
         assert!(err.0[0].span.line >= 2);
         let err = parse("steps: {}\nsteps: {}\n").unwrap_err();
         assert!(err.0[0].message.contains("duplicate key 'steps'"), "{err}");
+    }
+
+    /// A workflow whose one attribute holds `value` (YAML text placed at column 14, line 5).
+    fn with_value(value: &str) -> String {
+        format!("steps:\n  s:\n    resource: Null::Resource\n    value:\n      input: {value}\n")
+    }
+
+    /// `levels` block mappings, one per line, each indented one more space.
+    fn block_maps(levels: usize) -> String {
+        let mut y = String::new();
+        for i in 0..levels {
+            y.push_str(&" ".repeat(i));
+            y.push_str("a:\n");
+        }
+        y.push_str(&" ".repeat(levels));
+        y.push_str("x\n");
+        y
+    }
+
+    #[track_caller]
+    fn assert_too_deep(err: &Diagnostics, line: u32) {
+        assert_eq!(err.len(), 1, "{err}");
+        assert!(err.0[0].message.contains("nests more than 64 levels"), "{err}");
+        assert_eq!(err.0[0].span.line, line, "{err}");
+    }
+
+    #[test]
+    fn deep_documents_are_rejected_where_they_get_too_deep() {
+        // Each of these overflowed the stack (or failed obscurely) in the YAML loader.
+        for levels in [10_000, 100_000] {
+            let flow_seq = format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+            let flow_map = format!("{}1{}", "{a: ".repeat(levels), "}".repeat(levels));
+            let block_seq = format!("\n        {}1", "- ".repeat(levels));
+            for value in [&flow_seq, &flow_map] {
+                let err = parse(&with_value(value)).unwrap_err();
+                assert_too_deep(&err, 5);
+                // Levels 1-4 are the workflow's own maps; the 65th level opens at column 14 + 60.
+                assert!(err.0[0].span.col > 14, "{err}");
+            }
+            assert_too_deep(&parse(&with_value(&block_seq)).unwrap_err(), 6);
+            assert_too_deep(&parse_data(FileId(0), &format!("k: {flow_seq}\n")).unwrap_err(), 1);
+            let err = parse_value(&flow_seq).unwrap_err();
+            assert!(err.contains("nests more than 64 levels"), "{err}");
+        }
+        let err = parse_data(FileId(0), &block_maps(3_000)).unwrap_err();
+        assert_too_deep(&err, 65);
+        assert_eq!(err.0[0].span.col, 65, "{err}");
+        assert_too_deep(&parse(&block_maps(3_000)).unwrap_err(), 65);
+    }
+
+    #[test]
+    fn documents_at_the_limit_are_read_whole() {
+        let data = parse_data(FileId(0), &block_maps(MAX_DEPTH)).unwrap();
+        assert_eq!(crate::value::depth(&Value::Object(data)), MAX_DEPTH);
+        assert!(parse_data(FileId(0), &block_maps(MAX_DEPTH + 1)).is_err());
+        // The value of `--var`: itself up to the limit.
+        let v = format!("{}1{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert_eq!(crate::value::depth(&parse_value(&v).unwrap()), MAX_DEPTH);
+        assert!(parse_value(&format!("[{v}]")).is_err());
+        // In a workflow, the four levels above the value count too.
+        let inner = MAX_DEPTH - 4;
+        let v = format!("{}1{}", "[".repeat(inner), "]".repeat(inner));
+        assert!(parse(&with_value(&v)).is_ok());
+        assert!(parse(&with_value(&format!("[{v}]"))).is_err());
     }
 
     #[test]

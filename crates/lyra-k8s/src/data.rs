@@ -13,11 +13,25 @@ pub fn expand(data: Option<&Value>) -> Result<Map, String> {
     };
     let mut out = Map::new();
     for (k, v) in map.iter().filter(|(k, _)| !k.contains('.')) {
+        // The data map is a level itself, as in a data file.
+        if lyra_core::value::too_deep_at(v, 1) {
+            return Err(format!(
+                "spec.data key '{k}': {}",
+                lyra_core::value::too_deep_message("the value")
+            ));
+        }
         merge(&mut out, k, v.clone());
     }
     for (k, v) in map.iter().filter(|(k, _)| k.contains('.')) {
         if k.split('.').any(str::is_empty) {
             return Err(format!("spec.data key '{k}' has an empty segment"));
+        }
+        if lyra_core::value::dotted_too_deep(k, v) {
+            let shown: String = k.chars().take(80).collect();
+            return Err(format!(
+                "spec.data key '{shown}': {}",
+                lyra_core::value::too_deep_message("the key and value together")
+            ));
         }
         let (parent, last) = dotted_parent(&mut out, k);
         merge(parent, last, v.clone());
@@ -54,6 +68,23 @@ fn kind(v: &Value) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn data_nested_too_deep_is_refused() {
+        let mut deep = json!(1);
+        for _ in 0..lyra_core::value::MAX_DEPTH {
+            deep = json!([deep]);
+        }
+        assert!(expand(Some(&json!({"ok": deep[0].clone()}))).is_ok());
+        let err = expand(Some(&json!({"k": deep}))).unwrap_err();
+        assert!(
+            err.contains("spec.data key 'k'") && err.contains("more than 64 levels"),
+            "{err}"
+        );
+        let long_key = vec!["a"; 100_000].join(".");
+        let err = expand(Some(&json!({ long_key: 1 }))).unwrap_err();
+        assert!(err.contains("more than 64 levels") && err.len() < 300, "{err}");
+    }
 
     #[test]
     fn nested_values_pass_through() {

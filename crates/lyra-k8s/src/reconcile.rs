@@ -678,7 +678,8 @@ impl Runtime {
         self.step_events(t.reporter, &report).await;
         // Only what the state says counts: the finalizer goes when nothing is recorded.
         let left = match self.store.load(&deployment).await {
-            Ok(state) => state.map_or(0, |s| s.resources.len()),
+            // Records the store cannot read still stand for resources.
+            Ok(state) => state.map_or(0, |s| s.resources.len() + s.unreadable.len()),
             Err(e) => {
                 return self
                     .retry(

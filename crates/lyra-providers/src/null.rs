@@ -39,7 +39,7 @@ impl Provider for NullProvider {
             RESOURCE,
             vec![
                 AttributeSchema::new("input", Type::Any),
-                AttributeSchema::new("output", Type::Any).provided(),
+                AttributeSchema::new("output", Type::Any).computed(),
                 AttributeSchema::new("triggers_replace", Type::Any).immutable(),
             ],
         )]

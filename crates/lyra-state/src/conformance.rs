@@ -12,7 +12,7 @@ use lyra_core::state::{
     ChangeCounts, ChangeRecord, DeploymentExport, DeploymentState, Lease, LeaseGrant, LeaseRequest, Operation, Outcome,
     ResourceRecord, RunEnd, RunRecord, RunStart, StateStore, StoreErrorKind,
 };
-use lyra_core::value::{Map, Value};
+use lyra_core::value::{MAX_DEPTH, Map, Value};
 use serde_json::json;
 
 /// A small resource record whose content depends on `step_id`.
@@ -905,6 +905,7 @@ pub async fn import_replaces_resources(store: &dyn StateStore) {
             name: "d".to_owned(),
             workflow: Some("new-wf".to_owned()),
             resources: vec![kept.clone(), resource("new")],
+            unreadable: vec![],
         },
         history: vec![RunRecord {
             id: 12345,
@@ -964,4 +965,97 @@ pub async fn drop_deployment_removes_everything(store: &dyn StateStore) {
     store.put_resource("d", &resource("a")).await.expect("put");
     assert_eq!(load(store, "d").await.resources, vec![resource("a")]);
     assert_eq!(store.history("d").await.expect("history").len(), 1);
+}
+
+/// `levels` lists deep, around a short string.
+pub fn nested(levels: usize) -> Value {
+    let mut v = json!("leaf");
+    for _ in 0..levels {
+        v = Value::Array(vec![v]);
+    }
+    v
+}
+
+/// Values as deep as the limit allows, and wide ones, are stored and read back exactly,
+/// through `load` and through export and import.
+pub async fn values_at_the_limit_round_trip(store: &dyn StateStore) {
+    store.begin_run(&apply("deep", "wf")).await.expect("begin_run");
+    let mut rec = resource("a");
+    rec.desired.insert("deep".to_owned(), nested(MAX_DEPTH));
+    rec.actual
+        .insert("deep".to_owned(), json!({ "k": nested(MAX_DEPTH - 1) }));
+    rec.actual.insert(
+        "wide".to_owned(),
+        json!((0..5000).map(|i| json!({ "i": i })).collect::<Vec<_>>()),
+    );
+    store.put_resource("deep", &rec).await.expect("put at the limit");
+    let state = load(store, "deep").await;
+    assert_eq!(state.resources, vec![rec.clone()]);
+    assert!(state.unreadable.is_empty());
+    let mut export = store.export("deep").await.expect("export").expect("exists");
+    export.state.name = "deep-copy".to_owned();
+    store.import(&export).await.expect("import");
+    assert_eq!(load(store, "deep-copy").await.resources, vec![rec]);
+}
+
+/// A record holding a value nested deeper than the limit is refused (it could not be read
+/// back), naming the step and attribute, and nothing is written: not by `put_resource`, not
+/// by `import`.
+pub async fn too_deep_values_are_refused(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    store.put_resource("d", &resource("ok")).await.expect("put");
+    for (column, rec) in [
+        ("desired", {
+            let mut r = resource("a");
+            r.desired.insert("input".to_owned(), nested(MAX_DEPTH + 1));
+            r
+        }),
+        ("actual", {
+            let mut r = resource("a");
+            r.actual.insert("output".to_owned(), nested(10_000));
+            r
+        }),
+    ] {
+        let err = store.put_resource("d", &rec).await.expect_err("too deep");
+        assert_eq!(err.kind, StoreErrorKind::Other, "{err}");
+        assert!(err.message.contains(&format!("({column}) of step \"a\"")), "{err}");
+        assert!(err.message.contains("nests more than 64 levels"), "{err}");
+        let mut export = store.export("d").await.expect("export").expect("d");
+        export.state.name = "imported".to_owned();
+        export.state.resources.push(rec);
+        store.import(&export).await.expect_err("import too deep");
+        assert_eq!(store.load("imported").await.expect("load"), None, "nothing imported");
+    }
+    assert_eq!(load(store, "d").await.resources, vec![resource("ok")]);
+}
+
+/// Sets up deployment `d` with records `a` and `b`, for a backend test to damage `a` behind
+/// the store's back and then check [`damaged_record_is_listed`].
+pub async fn seed_for_damage(store: &dyn StateStore) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    for id in ["a", "b"] {
+        store.put_resource("d", &resource(id)).await.expect("put");
+    }
+}
+
+/// One record of `d` (`a`) cannot be decoded: the rest of the deployment still loads and
+/// exports, the bad record is named, and it can be removed.
+pub async fn damaged_record_is_listed(store: &dyn StateStore) {
+    let state = load(store, "d").await;
+    assert_eq!(state.resources, vec![resource("b")]);
+    assert_eq!(state.unreadable.len(), 1, "{state:?}");
+    let bad = &state.unreadable[0];
+    assert_eq!((bad.step_id.as_str(), bad.type_name.as_str()), ("a", "Test::Thing"));
+    assert!(bad.error.contains("corrupt state"), "{}", bad.error);
+    let export = store
+        .export("d")
+        .await
+        .expect("export despite the bad record")
+        .expect("d");
+    assert_eq!(export.state, state);
+    assert_eq!(store.list().await.expect("list")[0].resources, 2);
+    store.remove_resource("d", "a").await.expect("remove the bad record");
+    let state = load(store, "d").await;
+    assert!(state.unreadable.is_empty());
+    assert_eq!(state.resources, vec![resource("b")]);
 }

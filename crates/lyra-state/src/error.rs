@@ -96,6 +96,10 @@ pub enum Error {
     #[error("corrupt state: unknown {what} {value:?}")]
     UnknownValue { what: &'static str, value: String },
 
+    /// A value nests too deeply to be read back: it is not written.
+    #[error("cannot record {what}: {}", lyra_core::value::too_deep_message("a value"))]
+    TooDeep { what: String },
+
     /// A value could not be encoded for storage.
     #[error("cannot encode {what}: {source}")]
     Encode {
@@ -152,7 +156,7 @@ impl Error {
             Error::Migrate { source, .. } | Error::PgMigrate { source, .. } => migrate_kind(source),
             Error::Sqlx(e) => sqlx_kind(e),
             Error::RunAlreadyFinished(_) | Error::LeaseContended(_) => StoreErrorKind::Conflict,
-            Error::Encode { .. } | Error::UnknownRun(_) => StoreErrorKind::Other,
+            Error::Encode { .. } | Error::TooDeep { .. } | Error::UnknownRun(_) => StoreErrorKind::Other,
             Error::Batch(e) => e.kind(),
         }
     }

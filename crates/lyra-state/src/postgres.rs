@@ -447,15 +447,7 @@ async fn load_in(conn: &mut PgConnection, deployment: &str) -> Result<Option<Dep
     .bind(deployment)
     .fetch_all(&mut *conn)
     .await?;
-    let resources = rows
-        .into_iter()
-        .map(ResourceRow::into_record)
-        .collect::<Result<_, _>>()?;
-    Ok(Some(DeploymentState {
-        name: deployment.to_owned(),
-        workflow,
-        resources,
-    }))
+    Ok(Some(crate::rows::deployment_state(deployment, workflow, rows)))
 }
 
 const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \

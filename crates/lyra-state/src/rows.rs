@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentSummary, Lease, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunRecord,
-    RunStart,
+    ChangeCounts, ChangeRecord, DeploymentState, DeploymentSummary, Lease, Operation, Outcome, ResourceRecord, RunEnd,
+    RunId, RunRecord, RunStart, UnreadableRecord,
 };
-use lyra_core::value::Map;
+use lyra_core::value::{Map, too_deep};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -49,6 +49,18 @@ pub(crate) struct ResourceRow {
 
 impl ResourceRow {
     pub fn new(deployment: &str, record: &ResourceRecord, updated_at: i64) -> Result<Self, Error> {
+        // What could not be decoded again is not written: one such record would make the
+        // whole deployment unreadable to older versions.
+        for (column, map) in [("desired", &record.desired), ("actual", &record.actual)] {
+            if let Some((attr, _)) = map.iter().find(|(_, v)| too_deep(v)) {
+                return Err(Error::TooDeep {
+                    what: format!(
+                        "attribute '{attr}' ({column}) of step {:?} in deployment {deployment:?}",
+                        record.step_id
+                    ),
+                });
+            }
+        }
         Ok(ResourceRow {
             deployment: deployment.to_owned(),
             step_id: record.step_id.clone(),
@@ -89,6 +101,28 @@ impl ResourceRow {
             create_key: self.create_key,
         })
     }
+}
+
+/// A deployment's state from its rows: the records that decode, and the ones that do not
+/// (listed, so that one bad record leaves the rest readable and can be removed).
+pub(crate) fn deployment_state(name: &str, workflow: Option<String>, rows: Vec<ResourceRow>) -> DeploymentState {
+    let mut state = DeploymentState {
+        name: name.to_owned(),
+        workflow,
+        ..DeploymentState::default()
+    };
+    for row in rows {
+        let (step_id, type_name) = (row.step_id.clone(), row.type_name.clone());
+        match row.into_record() {
+            Ok(r) => state.resources.push(r),
+            Err(e) => state.unreadable.push(UnreadableRecord {
+                step_id,
+                type_name,
+                error: e.to_string(),
+            }),
+        }
+    }
+    state
 }
 
 /// A row of `runs`.
@@ -181,8 +215,21 @@ impl RunRow {
                 });
             }
         };
-        let counts: StoredCounts = decode(&self.counts, || what("counts"))?;
-        let changes: Vec<StoredChange> = decode(&self.changes, || what("changes"))?;
+        // The counts and changes are details: a run whose details cannot be decoded is kept
+        // (and says so) rather than making the whole history unreadable.
+        let mut error = self.error;
+        let mut unreadable = |e: Error| {
+            let note = format!("(part of this run's record cannot be read: {e})");
+            error = Some(error.take().map_or(note.clone(), |old| format!("{old} {note}")));
+        };
+        let counts: StoredCounts = decode(&self.counts, || what("counts")).unwrap_or_else(|e| {
+            unreadable(e);
+            StoredCounts::default()
+        });
+        let changes: Vec<StoredChange> = decode(&self.changes, || what("changes")).unwrap_or_else(|e| {
+            unreadable(e);
+            Vec::new()
+        });
         Ok(RunRecord {
             id: self.id,
             deployment: self.deployment,
@@ -194,7 +241,7 @@ impl RunRow {
             outcome,
             counts: counts.into(),
             changes: changes.into_iter().map(Into::into).collect(),
-            error: scrub(self.error.as_deref()),
+            error: scrub(error.as_deref()),
             note: scrub(self.note.as_deref()),
         })
     }
@@ -406,6 +453,30 @@ mod tests {
                 created: 2,
                 ..Default::default()
             }
+        );
+    }
+
+    #[test]
+    fn undecodable_run_details_are_noted_not_fatal() {
+        let mut row = RunRow::started(
+            &RunStart {
+                deployment: "d".into(),
+                workflow: None,
+                operation: Operation::Apply,
+                actor: "me".into(),
+            },
+            1,
+        )
+        .unwrap();
+        row.changes = format!("[{}]", "[".repeat(300));
+        row.counts = "{oops".into();
+        let run = row.into_record().expect("still a run");
+        assert_eq!(run.counts, ChangeCounts::default());
+        assert!(run.changes.is_empty());
+        let error = run.error.unwrap();
+        assert!(
+            error.contains("runs.counts of run 0") && error.contains("runs.changes of run 0"),
+            "{error}"
         );
     }
 

@@ -462,15 +462,7 @@ async fn load_in(conn: &mut SqliteConnection, deployment: &str) -> Result<Option
     .bind(deployment)
     .fetch_all(&mut *conn)
     .await?;
-    let resources = rows
-        .into_iter()
-        .map(ResourceRow::into_record)
-        .collect::<Result<_, _>>()?;
-    Ok(Some(DeploymentState {
-        name: deployment.to_owned(),
-        workflow,
-        resources,
-    }))
+    Ok(Some(crate::rows::deployment_state(deployment, workflow, rows)))
 }
 
 impl ImportRows {

@@ -39,6 +39,8 @@ macro_rules! for_each_check {
             export_import_round_trip;
             import_replaces_resources;
             drop_deployment_removes_everything;
+            values_at_the_limit_round_trip;
+            too_deep_values_are_refused;
         }
     };
 }

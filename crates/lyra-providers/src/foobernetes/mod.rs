@@ -315,7 +315,7 @@ fn instance_schema() -> ResourceSchema {
     ResourceSchema::new(
         INSTANCE,
         vec![
-            AttributeSchema::new("instanceID", optional_string()).provided(),
+            AttributeSchema::new("instanceID", optional_string()).computed(),
             AttributeSchema::new("instanceIP", optional_string()).provided(),
             AttributeSchema::new("location", optional_string()).immutable(),
             AttributeSchema::new("image", Type::String),
@@ -330,7 +330,7 @@ fn web_server_schema() -> ResourceSchema {
     ResourceSchema::new(
         WEB_SERVER,
         vec![
-            AttributeSchema::new("webServerID", optional_string()).provided(),
+            AttributeSchema::new("webServerID", optional_string()).computed(),
             AttributeSchema::new("port", Type::INTEGER),
             AttributeSchema::new("appServers", Type::array(Type::String)),
         ],
@@ -341,7 +341,7 @@ fn load_balancer_schema() -> ResourceSchema {
     ResourceSchema::new(
         LOAD_BALANCER,
         vec![
-            AttributeSchema::new("loadBalancerID", optional_string()).provided(),
+            AttributeSchema::new("loadBalancerID", optional_string()).computed(),
             AttributeSchema::new("loadBalancerIP", optional_string()).provided(),
             AttributeSchema::new("location", optional_string()).immutable(),
             AttributeSchema::new("replica", Type::optional(Type::Boolean)),

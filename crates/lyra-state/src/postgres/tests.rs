@@ -263,3 +263,26 @@ async fn exhausted_retries_are_unavailable() {
         .expect_err("cannot connect");
     assert_eq!(err.kind, StoreErrorKind::Unavailable);
 }
+
+/// A record that does not decode is listed as unreadable; the rest stays readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_rows_are_listed_not_fatal() {
+    let Some(db) = PgTestDb::create("undecodable_rows").await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url()).await.expect("connect");
+    c::seed_for_damage(&store).await;
+    let mut raw = PgConnection::connect(db.server_url()).await.expect("raw");
+    let deep = format!("{{\"x\": {}}}", c::nested(200));
+    // The schema name is the test's own (letters, digits, underscores).
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE {}.resources SET actual = $1 WHERE step_id = 'a'",
+        db.schema()
+    )))
+    .bind(&deep)
+    .execute(&mut raw)
+    .await
+    .expect("plant deep json");
+    c::damaged_record_is_listed(&store).await;
+    store.close().await;
+}

@@ -1,0 +1,268 @@
+//! Keeping secrets out of everything a run prints or records.
+//!
+//! Values typed `Sensitive`, attributes a provider marks secret, and everything derived from
+//! them are tracked through a run (`Val::sensitive` in the engine) and masked where they are
+//! shown. Tracking cannot follow a value through a provider, though: a provider may echo a
+//! secret in a computed attribute or quote it in an error. So the engine also remembers every
+//! secret value it meets ([`Secrets`]) and, before a report leaves it, masks any attribute
+//! or return that contains one and scrubs them from every message. The engine's [`Report`]
+//! and the history it records are therefore safe to show as they are, by the CLI, the
+//! controller's status and events, or anything else.
+//!
+//! [`Report`]: crate::report::Report
+
+use std::collections::BTreeSet;
+
+use crate::report::{AttrChange, StepReport};
+use crate::schema::ResourceSchema;
+use crate::state::ResourceRecord;
+use crate::value::{Map, Value};
+
+/// What a secret is shown as.
+pub const MASK: &str = "(sensitive)";
+
+/// Secrets shorter than this are masked where they are known to be secret but not scrubbed
+/// from free text: scrubbing `"1"` or `"ab"` would mangle every message.
+pub const MIN_SCRUB_LEN: usize = 3;
+
+/// The mask, as a value.
+pub fn masked() -> Value {
+    Value::String(MASK.to_owned())
+}
+
+/// The secret values a run has met, as the texts they may appear as in messages.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets {
+    /// Longest first, so that a secret containing another is scrubbed whole.
+    needles: Vec<String>,
+    seen: BTreeSet<String>,
+}
+
+impl Secrets {
+    pub fn is_empty(&self) -> bool {
+        self.needles.is_empty()
+    }
+
+    /// Remembers a secret value: each string and number inside it (map keys are structure,
+    /// not secrets), as written and as JSON would escape it.
+    pub fn add(&mut self, value: &Value) {
+        let mut stack = vec![value];
+        let mut added = false;
+        while let Some(v) = stack.pop() {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Array(items) => {
+                    stack.extend(items);
+                    continue;
+                }
+                Value::Object(m) => {
+                    stack.extend(m.values());
+                    continue;
+                }
+                Value::Null | Value::Bool(_) => continue,
+            };
+            let escaped = Value::String(text.clone()).to_string();
+            let escaped = escaped[1..escaped.len() - 1].to_owned();
+            for t in [text, escaped] {
+                if t.chars().count() >= MIN_SCRUB_LEN && self.seen.insert(t.clone()) {
+                    self.needles.push(t);
+                    added = true;
+                }
+            }
+        }
+        if added {
+            self.needles
+                .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        }
+    }
+
+    /// Remembers the secret attributes of a record: those it lists, and those its provider
+    /// marks (`schema`).
+    pub fn add_record(&mut self, rec: &ResourceRecord, schema: Option<&ResourceSchema>) {
+        for attr in record_secret_names(rec, schema) {
+            for m in [&rec.desired, &rec.actual] {
+                if let Some(v) = m.get(&attr) {
+                    self.add(v);
+                }
+            }
+        }
+    }
+
+    /// `text` with every known secret replaced by [`MASK`].
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for n in &self.needles {
+            if out.contains(n.as_str()) {
+                out = out.replace(n.as_str(), MASK);
+            }
+        }
+        out
+    }
+
+    /// Whether `value` holds a known secret anywhere: a string containing one, or a number
+    /// that is one.
+    pub fn reveals(&self, value: &Value) -> bool {
+        if self.needles.is_empty() {
+            return false;
+        }
+        let mut stack = vec![value];
+        while let Some(v) = stack.pop() {
+            match v {
+                Value::String(s) => {
+                    if self.needles.iter().any(|n| s.contains(n.as_str())) {
+                        return true;
+                    }
+                }
+                Value::Number(n) => {
+                    let t = n.to_string();
+                    if self.needles.contains(&t) {
+                        return true;
+                    }
+                }
+                Value::Array(items) => stack.extend(items),
+                Value::Object(m) => stack.extend(m.values()),
+                Value::Null | Value::Bool(_) => {}
+            }
+        }
+        false
+    }
+
+    /// Makes a step's report safe to show: changes of secret attributes (or holding a known
+    /// secret) are masked and the error and external id are scrubbed.
+    pub fn redact_step(&self, step: &mut StepReport) {
+        for c in &mut step.changes {
+            self.redact_change(c);
+        }
+        if let Some(e) = &mut step.error {
+            *e = self.scrub(e);
+        }
+        if let Some(x) = &mut step.external_id {
+            *x = self.scrub(x);
+        }
+    }
+
+    fn redact_change(&self, c: &mut AttrChange) {
+        let reveals = |v: &Option<Value>| v.as_ref().is_some_and(|v| self.reveals(v));
+        c.sensitive |= reveals(&c.old) || reveals(&c.new);
+        if c.sensitive {
+            for v in [&mut c.old, &mut c.new].into_iter().flatten() {
+                if !v.is_null() {
+                    *v = masked();
+                }
+            }
+        }
+    }
+}
+
+/// The attributes a record says are secret, and those its provider marks secret.
+fn record_secret_names(rec: &ResourceRecord, schema: Option<&ResourceSchema>) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = rec.sensitive.iter().cloned().collect();
+    if let Some(schema) = schema {
+        names.extend(
+            rec.desired
+                .keys()
+                .chain(rec.actual.keys())
+                .filter(|k| schema.attribute(k).is_some_and(|a| a.is_secret()))
+                .cloned(),
+        );
+    }
+    names
+}
+
+/// A record's actual state as it may be shown (`lyra state show`, a status): secret
+/// attributes, and any attribute holding one of the record's secret values, masked. `schema`
+/// is the provider's schema of the record's type, when known.
+pub fn shown_state(rec: &ResourceRecord, schema: Option<&ResourceSchema>) -> Map {
+    let names = record_secret_names(rec, schema);
+    let mut secrets = Secrets::default();
+    secrets.add_record(rec, schema);
+    rec.actual
+        .iter()
+        .map(|(k, v)| {
+            let secret = !v.is_null() && (names.contains(k) || secrets.reveals(v));
+            (k.clone(), if secret { masked() } else { v.clone() })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Action, Status};
+    use serde_json::json;
+
+    #[test]
+    fn scrubs_every_form_of_a_secret() {
+        let mut s = Secrets::default();
+        s.add(&json!({"user": "admin-ro", "pass": "pa\"55word", "pin": 98765, "flag": true, "x": "ab"}));
+        assert_eq!(
+            s.scrub(r#"login admin-ro with "pa\"55word" or pa"55word, pin 98765, ab"#),
+            "login (sensitive) with \"(sensitive)\" or (sensitive), pin (sensitive), ab"
+        );
+        assert!(s.reveals(&json!(["x", {"k": "the admin-ro account"}])));
+        assert!(s.reveals(&json!(98765)));
+        assert!(!s.reveals(&json!({"admin-ro": 1, "n": 9876})));
+    }
+
+    #[test]
+    fn redacts_changes_holding_secrets_and_scrubs_errors() {
+        let mut s = Secrets::default();
+        s.add(&json!("old-s3cret"));
+        let mut step = StepReport {
+            id: "a".into(),
+            type_name: Some("T".into()),
+            action: Action::Update,
+            status: Status::Failed,
+            external_id: Some("x".into()),
+            duration: Default::default(),
+            error: Some("cannot set old-s3cret".into()),
+            changes: vec![
+                AttrChange {
+                    attribute: "echo".into(),
+                    old: Some(json!("was old-s3cret")),
+                    new: Some(json!("now public")),
+                    forces_replace: false,
+                    sensitive: false,
+                },
+                AttrChange {
+                    attribute: "size".into(),
+                    old: Some(json!(1)),
+                    new: None,
+                    forces_replace: false,
+                    sensitive: false,
+                },
+            ],
+        };
+        s.redact_step(&mut step);
+        assert_eq!(step.error.as_deref(), Some("cannot set (sensitive)"));
+        assert!(step.changes[0].sensitive);
+        assert_eq!(step.changes[0].old, Some(masked()));
+        assert_eq!(step.changes[0].new, Some(masked()));
+        assert_eq!(step.changes[1].old, Some(json!(1)));
+    }
+
+    #[test]
+    fn shown_state_masks_listed_attributes_and_echoes_of_them() {
+        let rec = ResourceRecord {
+            step_id: "s".into(),
+            type_name: "T".into(),
+            external_id: "x".into(),
+            desired: json!({"input": "hunter22"}).as_object().unwrap().clone(),
+            actual: json!({"input": "hunter22", "output": "x-hunter22-x", "other": 1, "gone": null})
+                .as_object()
+                .unwrap()
+                .clone(),
+            depends_on: vec![],
+            managed: true,
+            pending: false,
+            sensitive: vec!["input".into(), "gone".into()],
+            create_key: None,
+        };
+        let shown = shown_state(&rec, None);
+        assert_eq!(
+            Value::Object(shown),
+            json!({"input": MASK, "output": MASK, "other": 1, "gone": null})
+        );
+    }
+}
