@@ -396,8 +396,7 @@ pub struct StateJson<'a> {
     pub workflow: Option<&'a str>,
     pub lease: Option<LeaseJson<'a>>,
     pub resources: Vec<ResourceJson<'a>>,
-    /// Records the store cannot decode (only present when there are some).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Records the store cannot decode (see `lyra state rm`).
     pub unreadable: Vec<UnreadableJson<'a>>,
 }
 

@@ -123,7 +123,13 @@ impl LoadPath {
             path: shown.clone(),
             source: ReadError::Io(e),
         };
-        let dir = self.dir.canonicalize().map_err(read_error)?;
+        // An empty directory is the working directory (a bare file name's parent).
+        let dir = if self.dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            self.dir.as_path()
+        };
+        let dir = dir.canonicalize().map_err(read_error)?;
         let real = shown.canonicalize().map_err(read_error)?;
         if !real.starts_with(&dir) {
             return Err(LookupError::OutsideLoadPath {
@@ -195,11 +201,12 @@ pub fn load_program(
     if reading.refused.is_empty() {
         return loaded;
     }
-    let mut diags = Diagnostics::default();
+    // Where each refused workflow is called (reported as unknown there), and why it was refused.
+    let mut diags = loaded.err().unwrap_or_default();
     for e in reading.refused {
         diags.extend(e.diagnostics(sources));
     }
-    Err(diags)
+    Err(diags.sorted())
 }
 
 /// Why a data file could not be used.

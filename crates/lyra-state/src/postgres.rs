@@ -155,7 +155,9 @@ impl PostgresStore {
             target: target.clone(),
             source,
         };
-        let no_state = || Error::NoState { location: crate::redact_url(url) };
+        let no_state = || Error::NoState {
+            location: crate::redact_url(url),
+        };
         if let Some(schema) = &schema {
             if create {
                 create_schema(&mut conn, schema).await.map_err(connect_error)?;

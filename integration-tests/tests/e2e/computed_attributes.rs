@@ -52,7 +52,7 @@ fn setting_a_computed_attribute_is_refused_with_its_name_and_place() {
     }
     let json = lyra.run(&["validate", "w", "-o", "json"]);
     json.expect_code(1);
-    let errors = json.json()["errors"].as_array().expect("errors").clone();
+    let errors = json.json()["diagnostics"].as_array().expect("diagnostics").clone();
     assert_eq!(errors.len(), 4, "{errors:?}");
     assert_eq!(
         (errors[0]["line"].as_u64(), errors[0]["column"].as_u64()),

@@ -65,7 +65,7 @@ fn deep_workflows_data_and_vars_are_refused_with_their_position() {
             let json = lyra.run(&["validate", &format!("{name}.yaml"), "-o", "json"]);
             json.expect_code(1);
             assert!(
-                json.json()["errors"][0]["message"]
+                json.json()["diagnostics"][0]["message"]
                     .as_str()
                     .unwrap()
                     .contains("more than 64"),
