@@ -21,6 +21,13 @@ pub struct Program {
 /// The CLI reads files from a load path; the controller may embed them.
 pub trait WorkflowSource {
     fn fetch(&mut self, name: &str) -> Option<(String, String)>;
+
+    /// The names of every workflow the source could fetch (sorted), for the help of a call to
+    /// an unknown one; `None` when it cannot list them (the help then names the workflows
+    /// that were loaded). Asked only when a call names an unknown workflow.
+    fn names(&mut self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 impl<F: FnMut(&str) -> Option<(String, String)>> WorkflowSource for F {
@@ -98,9 +105,17 @@ pub fn load(
     {
         check_nesting(main, &parsed, &mut diags);
     }
+    // Listing the source can be costly (a directory tree): only for the help of a call that
+    // names no loaded workflow.
+    let unknown_call = parsed.values().any(|wf| {
+        let mut targets = Vec::new();
+        call_targets(&wf.root, &mut targets);
+        targets.iter().any(|t| !parsed.contains_key(t))
+    });
+    let on_path = if unknown_call { source.names() } else { None };
     let mut workflows = HashMap::new();
     for (name, mut wf) in parsed {
-        if let Err(d) = validate(&mut wf, schemas, &sigs) {
+        if let Err(d) = validate(&mut wf, schemas, &sigs, on_path.as_deref()) {
             diags.extend(d);
         }
         workflows.insert(name, Arc::new(wf));
