@@ -262,18 +262,14 @@ pub fn plan_text(r: &Report) -> String {
     }
     let c = &r.counts;
     let changes = c.created + c.updated + c.replaced + c.deleted;
-    if c.failed + c.skipped > 0 {
+    if c.failed + c.skipped > 0 || r.outcome != lyra_core::state::Outcome::Succeeded {
+        // Failed, or cancelled: the counts are those of the steps that could be planned.
         let _ = writeln!(
             out,
-            "Plan failed: {} failed, {} skipped; {} to create, {} to update, {} to replace, {} to delete, {} unchanged.",
-            c.failed, c.skipped, c.created, c.updated, c.replaced, c.deleted, c.unchanged
-        );
-    } else if r.outcome != lyra_core::state::Outcome::Succeeded {
-        // Stopped (cancelled) before every step was planned.
-        let _ = writeln!(
-            out,
-            "Plan {}: {} to create, {} to update, {} to replace, {} to delete, {} unchanged so far.",
+            "Plan {}: {} failed, {} skipped; {} to create, {} to update, {} to replace, {} to delete, {} unchanged.",
             r.outcome.as_str(),
+            c.failed,
+            c.skipped,
             c.created,
             c.updated,
             c.replaced,
@@ -634,16 +630,27 @@ mod tests {
              \x20 ! up (N::R) failed: quota\n\
              Plan failed: 3 failed, 2 skipped; 1 to create, 0 to update, 0 to replace, 0 to delete, 0 unchanged.\n"
         );
-        // Cancelled before anything failed: the plan says it is incomplete.
+        // Cancelled: the plan says it is incomplete, and why each step was not planned.
         let r = report(
             Mode::Plan,
             Outcome::Cancelled,
-            vec![step("ok", Some("N::R"), Action::Create, Status::Planned, None)],
+            vec![
+                step("ok", Some("N::R"), Action::Create, Status::Planned, None),
+                step(
+                    "later",
+                    Some("N::R"),
+                    Action::Noop,
+                    Status::Skipped,
+                    Some("the run was cancelled"),
+                ),
+            ],
         );
-        assert!(
-            plan_text(&r).ends_with(
-                "Plan cancelled: 1 to create, 0 to update, 0 to replace, 0 to delete, 0 unchanged so far.\n"
-            )
+        assert_eq!(
+            plan_text(&r),
+            "  ! later (N::R) skipped: the run was cancelled\n\
+             \x20 + ok (N::R) will be created\n\
+             \x20     + input = 1\n\
+             Plan cancelled: 0 failed, 1 skipped; 1 to create, 0 to update, 0 to replace, 0 to delete, 0 unchanged.\n"
         );
     }
 

@@ -605,6 +605,21 @@ impl FrontEnd {
                         Node::Scalar(s) if !s.as_str().is_empty() => p.ty = self.ty(v),
                         Node::Scalar(_) => {}
                         Node::Mapping(pm) => {
+                            // One source: with both, one of them would be silently dropped.
+                            let second = pm
+                                .iter()
+                                .map(|(k, _)| k)
+                                .filter(|k| matches!(k.as_str(), "lookup" | "value"))
+                                .nth(1);
+                            if let Some(k) = second {
+                                self.diags.push(
+                                    Diagnostic::new(
+                                        self.key_span(k),
+                                        format!("parameter '{name}' has both a lookup and a value"),
+                                    )
+                                    .with_help("give it one of them: the data key to read, or the value itself"),
+                                );
+                            }
                             for (pk, pv) in pm.iter() {
                                 match pk.as_str() {
                                     "type" => p.ty = self.ty(pv),
@@ -861,6 +876,25 @@ mod tests {
             at("steps:\n  x:\n    value:\n      input: *a\n"),
             ("YAML aliases are not supported".to_owned(), 4, 14)
         );
+    }
+
+    /// A parameter (or a call's argument) takes one source: with a lookup and a value, one
+    /// of them used to be dropped silently.
+    #[test]
+    fn a_parameter_has_one_source() {
+        for text in [
+            "parameters:\n  a:\n    lookup: k\n    value: 1\nsteps:\n",
+            "steps:\n  c:\n    call: lib\n    parameters:\n      a: {value: 1, lookup: k}\n",
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.len(), 1, "{err}");
+            assert_eq!(err.0[0].message, "parameter 'a' has both a lookup and a value");
+            // At the second of them.
+            assert!(
+                matches!((err.0[0].span.line, err.0[0].span.col), (4, 5) | (5, 21)),
+                "{err}"
+            );
+        }
     }
 
     /// A call's `parameters` are its arguments, each with its own source and type.
