@@ -33,19 +33,29 @@ impl Signature {
     }
 }
 
+/// What the workflow source said about the workflows that were not loaded, for the messages
+/// of the calls to them.
+#[derive(Debug, Default, Clone)]
+pub struct Unloaded {
+    /// The names of the workflows on the load path, when the source can list them.
+    pub on_path: Option<Vec<String>>,
+    /// Workflows the source has but could not give (unreadable, outside the load path), and
+    /// why.
+    pub refused: HashMap<String, String>,
+}
+
 /// Validates `wf` in place. `calls` holds the signatures of every workflow it may call;
-/// `on_path`, when the source can list them, the names of the workflows on the load path (for
-/// the help of a call to an unknown one).
+/// `unloaded` what is known of the others.
 pub fn validate(
     wf: &mut Workflow,
     schemas: &SchemaRegistry,
     calls: &HashMap<String, Signature>,
-    on_path: Option<&[String]>,
+    unloaded: &Unloaded,
 ) -> Result<(), Diagnostics> {
     let mut cx = Cx {
         schemas,
         calls,
-        on_path,
+        unloaded,
         diags: Diagnostics::default(),
     };
     let inputs = cx.step(&mut wf.root, true);
@@ -81,7 +91,7 @@ fn names_help(label: &str, names: &[String]) -> String {
 struct Cx<'a> {
     schemas: &'a SchemaRegistry,
     calls: &'a HashMap<String, Signature>,
-    on_path: Option<&'a [String]>,
+    unloaded: &'a Unloaded,
     diags: Diagnostics,
 }
 
@@ -392,8 +402,15 @@ impl Cx<'_> {
                             format!("step '{step_name}' calls '{target}', which is not a workflow name: {why}"),
                         );
                     }
+                    // Found, but it could not be read: say why, not that it does not exist.
+                    None if let Some(why) = self.unloaded.refused.get(target.as_str()) => {
+                        self.diags.error(
+                            *target_span,
+                            format!("step '{step_name}' calls '{target}', which cannot be loaded: {why}"),
+                        );
+                    }
                     None => {
-                        let help = match self.on_path {
+                        let help = match &self.unloaded.on_path {
                             Some(names) => names_help("workflows on the load path", names),
                             None => {
                                 let mut known: Vec<String> = self.calls.keys().cloned().collect();
@@ -634,7 +651,14 @@ mod tests {
         impl crate::program::WorkflowSource for Source<'_> {
             fn fetch(&mut self, name: &str) -> Option<(String, String)> {
                 let (_, text) = self.others.iter().find(|(n, _)| *n == name)?;
-                Some((format!("{name}.yaml"), (*text).to_owned()))
+                (!text.is_empty()).then(|| (format!("{name}.yaml"), (*text).to_owned()))
+            }
+            /// A workflow given as empty text stands for one that cannot be read.
+            fn refused(&mut self, name: &str) -> Option<String> {
+                self.others
+                    .iter()
+                    .any(|(n, t)| *n == name && t.is_empty())
+                    .then(|| format!("cannot read {name}.yaml"))
             }
             fn names(&mut self) -> Option<Vec<String>> {
                 self.listed.map(|l| l.iter().map(|n| (*n).to_owned()).collect())
@@ -803,6 +827,12 @@ mod tests {
             [
                 "5:11 step 'b' calls 'libb', which is not a known workflow | workflows on the load path: lib, main, net::vpc, zone"
             ]
+        );
+        // One the source has but cannot give is not called unknown.
+        let p = problems_with("steps:\n  a:\n    call: broken\n", &[("broken", "")], Some(&["broken"]));
+        assert_eq!(
+            p,
+            ["3:11 step 'a' calls 'broken', which cannot be loaded: cannot read broken.yaml | "]
         );
         // A source that cannot list names what was loaded.
         let p = problems_with(main, &lib, None);

@@ -226,17 +226,25 @@ impl LookupError {
     }
 }
 
-/// The workflows a program calls, read from a load path; files that exist but cannot be read
-/// (or lead out of the load path) are kept aside, to be reported as what they are rather than
-/// as unknown workflows.
+/// The workflows a program calls, read from a load path. Files that exist but cannot be read
+/// (or lead out of the load path) are refused: their callers say why, rather than call them
+/// unknown workflows.
 struct Reading<'a> {
     load_path: &'a LoadPath,
-    refused: Vec<LookupError>,
+    refused: Vec<(String, LookupError)>,
 }
 
 impl WorkflowSource for Reading<'_> {
     fn names(&mut self) -> Option<Vec<String>> {
         Some(self.load_path.names())
+    }
+
+    fn refused(&mut self, name: &str) -> Option<String> {
+        self.refused
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, e)| e.to_string())
     }
 
     fn fetch(&mut self, name: &str) -> Option<(String, String)> {
@@ -245,7 +253,7 @@ impl WorkflowSource for Reading<'_> {
             // No such workflow (or not a name): the front end reports the unknown call.
             Err(LookupError::NotFound { .. } | LookupError::InvalidName { .. }) => None,
             Err(e) => {
-                self.refused.push(e);
+                self.refused.push((name.to_owned(), e));
                 None
             }
         }
@@ -253,9 +261,9 @@ impl WorkflowSource for Reading<'_> {
 }
 
 /// Parses and validates `main` (display path and text, already read) and every workflow it
-/// calls, which are read from `load_path`. All problems come back at once; a called workflow
-/// whose file cannot be read or is not UTF-8 is reported by itself (its callers would only
-/// say it is unknown).
+/// calls, which are read from `load_path`. All problems come back at once; a call of a
+/// workflow whose file cannot be read, is not UTF-8 or leads out of the load path says so,
+/// and text that is not UTF-8 is also pointed at, at the offending byte.
 pub fn load_program(
     main_name: &str,
     main: (String, String),
@@ -269,13 +277,18 @@ pub fn load_program(
     };
     let (path, text) = main;
     let loaded = program::load(main_name, (path, strip_bom(text)), &mut reading, sources, schemas);
-    if reading.refused.is_empty() {
-        return loaded;
-    }
-    // Where each refused workflow is called (reported as unknown there), and why it was refused.
-    let mut diags = loaded.err().unwrap_or_default();
-    for e in reading.refused {
-        diags.extend(e.diagnostics(sources));
+    let mut diags = match loaded {
+        Ok(program) => return Ok(program),
+        Err(d) => d,
+    };
+    for (_, e) in reading.refused {
+        if let LookupError::Read {
+            source: source @ ReadError::NotUtf8(_),
+            path,
+        } = &e
+        {
+            diags.extend(source.diagnostics(&path.display().to_string(), sources));
+        }
     }
     Err(diags.sorted())
 }
