@@ -31,6 +31,7 @@ mod e2e {
     mod kube_concurrency;
     mod kube_emulator;
     mod kube_rs_controller;
+    mod language;
     mod leases;
     mod lifecycle;
     #[cfg(unix)]

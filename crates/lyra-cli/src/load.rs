@@ -24,11 +24,17 @@ pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit>
     let as_path = Path::new(workflow);
     if as_path.is_file() {
         let path = as_path.to_path_buf();
-        // A file inside the load path is named by its place there, like the original.
-        let name = match path.strip_prefix(&load_path) {
-            Ok(rel) => workflow_name(&rel.to_string_lossy()),
-            Err(_) => workflow_name(&path.file_name().unwrap_or_default().to_string_lossy()),
-        };
+        // A file inside the load path is named by its place there, like the original, and
+        // calls what is on it. A file elsewhere is named after itself and calls what is beside
+        // it, unless a load path was given.
+        if let Some(rel) = inside(&path, &load_path) {
+            return Ok(Located {
+                name: workflow_name(&rel),
+                path,
+                load_path,
+            });
+        }
+        let name = workflow_name(&path.file_name().unwrap_or_default().to_string_lossy());
         let load_path = if workflows.is_some() {
             load_path
         } else {
@@ -59,6 +65,26 @@ pub fn locate(workflow: &str, workflows: Option<&Path>) -> Result<Located, Exit>
         ))),
         Err(e) => Err(Exit::usage(format!("workflow '{workflow}': {e}"))),
     }
+}
+
+/// Where `file` lies inside `dir`, as a `/`-separated relative path, if it does. Both are
+/// compared as they really are (`./workflows/a.yaml`, an absolute path, a linked directory),
+/// but a linked file is placed by its own name, not by what it links to.
+fn inside(file: &Path, dir: &Path) -> Option<String> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let dir = dir.canonicalize().ok()?;
+    let parent = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let real = parent.canonicalize().ok()?.join(file.file_name()?);
+    let rel = real.strip_prefix(&dir).ok()?;
+    let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+    Some(parts?.join("/"))
 }
 
 /// Reads, parses and validates the workflow and everything it calls. Invalid workflows

@@ -188,14 +188,40 @@ fn value_text(c: &AttrChange, v: Option<&Value>) -> String {
     }
 }
 
-/// A plan, Terraform-style: one block per resource that changes, then a summary line.
+/// A resource step's label, `id (Type)`; composite steps are named by their id alone.
+fn label(s: &StepReport) -> String {
+    match &s.type_name {
+        Some(t) => format!("{} ({t})", s.id),
+        None => s.id.clone(),
+    }
+}
+
+/// A plan, Terraform-style: one block per resource that changes, each step that failed or
+/// was skipped with why, then a summary line.
 pub fn plan_text(r: &Report) -> String {
     let mut out = String::new();
     let mut steps: Vec<&StepReport> = r.steps.iter().collect();
     steps.sort_by(|a, b| a.id.cmp(&b.id));
     for s in steps {
-        let label = |s: &StepReport| format!("{} ({})", s.id, s.type_name.as_deref().unwrap_or("collection"));
         match (s.action, s.status) {
+            // Whatever the step was about to do, it did not get there: what stopped it is
+            // the news, not the change it would have made.
+            (_, Status::Failed) => {
+                match &s.error {
+                    Some(e) => writeln!(out, "  ! {} failed: {e}", label(s)),
+                    None => writeln!(out, "  ! {} failed", label(s)),
+                }
+                .ok();
+                continue;
+            }
+            (_, Status::Skipped) => {
+                match &s.error {
+                    Some(e) => writeln!(out, "  ! {} skipped: {e}", label(s)),
+                    None => writeln!(out, "  ! {} skipped", label(s)),
+                }
+                .ok();
+                continue;
+            }
             (Action::Noop | Action::Read, _) | (_, Status::GuardedOff) => continue,
             (Action::Group, _) => {
                 if let Some(e) = &s.error {
@@ -235,7 +261,22 @@ pub fn plan_text(r: &Report) -> String {
         }
     }
     let c = &r.counts;
-    if c.created + c.updated + c.replaced + c.deleted == 0 {
+    let changes = c.created + c.updated + c.replaced + c.deleted;
+    if c.failed + c.skipped > 0 || r.outcome != lyra_core::state::Outcome::Succeeded {
+        // Failed, or cancelled: the counts are those of the steps that could be planned.
+        let _ = writeln!(
+            out,
+            "Plan {}: {} failed, {} skipped; {} to create, {} to update, {} to replace, {} to delete, {} unchanged.",
+            r.outcome.as_str(),
+            c.failed,
+            c.skipped,
+            c.created,
+            c.updated,
+            c.replaced,
+            c.deleted,
+            c.unchanged
+        );
+    } else if changes == 0 {
         let _ = writeln!(
             out,
             "No changes. {} resource{} up to date.",
@@ -252,7 +293,7 @@ pub fn plan_text(r: &Report) -> String {
     out
 }
 
-/// The end of an apply or delete: failures with their errors, a summary, the returns.
+/// The end of an apply or delete: failures and skips with why, a summary.
 pub fn result_text(r: &Report) -> String {
     let mut out = String::new();
     for s in r
@@ -265,7 +306,14 @@ pub fn result_text(r: &Report) -> String {
         } else {
             "skipped"
         };
-        let _ = writeln!(out, "{what}: {}: {}", s.id, s.error.as_deref().unwrap_or(""));
+        match &s.error {
+            Some(e) => {
+                let _ = writeln!(out, "{what}: {}: {e}", s.id);
+            }
+            None => {
+                let _ = writeln!(out, "{what}: {}", s.id);
+            }
+        }
     }
     let c = &r.counts;
     let verb = if r.mode == Mode::Delete { "delete" } else { "apply" };
@@ -492,6 +540,155 @@ mod tests {
     fn formats_times() {
         assert_eq!(time_text(1_796_083_200_000), "2026-12-01T00:00:00Z");
         assert_eq!(instant(1_796_083_200_123), "2026-12-01T00:00:00.123Z");
+    }
+
+    fn report(mode: Mode, outcome: lyra_core::state::Outcome, steps: Vec<StepReport>) -> Report {
+        let n = |f: &dyn Fn(&StepReport) -> bool| u32::try_from(steps.iter().filter(|s| f(s)).count()).unwrap();
+        let counts = ChangeCounts {
+            created: n(&|s| s.action == Action::Create && matches!(s.status, Status::Planned | Status::Done)),
+            failed: n(&|s| s.status == Status::Failed),
+            skipped: n(&|s| s.status == Status::Skipped),
+            ..ChangeCounts::default()
+        };
+        Report {
+            mode,
+            deployment: "d".into(),
+            workflow: None,
+            outcome,
+            run: None,
+            returns: Map::new(),
+            sensitive_returns: vec![],
+            steps,
+            counts,
+            duration: std::time::Duration::ZERO,
+        }
+    }
+
+    fn step(id: &str, type_name: Option<&str>, action: Action, status: Status, error: Option<&str>) -> StepReport {
+        StepReport {
+            id: id.into(),
+            type_name: type_name.map(Into::into),
+            action,
+            status,
+            external_id: None,
+            duration: std::time::Duration::ZERO,
+            error: error.map(Into::into),
+            changes: vec![AttrChange {
+                attribute: "input".into(),
+                old: None,
+                new: Some(Value::from(1)),
+                forces_replace: false,
+                sensitive: false,
+            }],
+        }
+    }
+
+    /// A step that failed or was skipped says so, with why, whatever it was about to do (a
+    /// failed create used to read "will be created", its error only in `-o json`); a
+    /// composite step too; the summary counts them.
+    #[test]
+    fn plans_show_failed_and_skipped_steps_with_their_errors() {
+        use lyra_core::state::Outcome;
+        let r = report(
+            Mode::Plan,
+            Outcome::Failed,
+            vec![
+                step(
+                    "db",
+                    Some("N::R"),
+                    Action::Create,
+                    Status::Failed,
+                    Some("x.yaml:3:4: no such key"),
+                ),
+                step("up", Some("N::R"), Action::Update, Status::Failed, Some("quota")),
+                step(
+                    "app",
+                    Some("N::R"),
+                    Action::Noop,
+                    Status::Skipped,
+                    Some("it depends on 'db', which did not complete"),
+                ),
+                step("grp", None, Action::Group, Status::Failed, Some("a step inside failed")),
+                step("ok", Some("N::R"), Action::Create, Status::Planned, None),
+                step(
+                    "old",
+                    Some("N::R"),
+                    Action::Delete,
+                    Status::Skipped,
+                    Some("the run was cancelled"),
+                ),
+            ],
+        );
+        assert_eq!(
+            plan_text(&r),
+            "  ! app (N::R) skipped: it depends on 'db', which did not complete\n\
+             \x20 ! db (N::R) failed: x.yaml:3:4: no such key\n\
+             \x20 ! grp failed: a step inside failed\n\
+             \x20 + ok (N::R) will be created\n\
+             \x20     + input = 1\n\
+             \x20 ! old (N::R) skipped: the run was cancelled\n\
+             \x20 ! up (N::R) failed: quota\n\
+             Plan failed: 3 failed, 2 skipped; 1 to create, 0 to update, 0 to replace, 0 to delete, 0 unchanged.\n"
+        );
+        // Cancelled: the plan says it is incomplete, and why each step was not planned.
+        let r = report(
+            Mode::Plan,
+            Outcome::Cancelled,
+            vec![
+                step("ok", Some("N::R"), Action::Create, Status::Planned, None),
+                step(
+                    "later",
+                    Some("N::R"),
+                    Action::Noop,
+                    Status::Skipped,
+                    Some("the run was cancelled"),
+                ),
+            ],
+        );
+        assert_eq!(
+            plan_text(&r),
+            "  ! later (N::R) skipped: the run was cancelled\n\
+             \x20 + ok (N::R) will be created\n\
+             \x20     + input = 1\n\
+             Plan cancelled: 0 failed, 1 skipped; 1 to create, 0 to update, 0 to replace, 0 to delete, 0 unchanged.\n"
+        );
+    }
+
+    #[test]
+    fn results_list_failed_and_skipped_steps_with_their_errors() {
+        use lyra_core::state::Outcome;
+        let r = report(
+            Mode::Delete,
+            Outcome::Failed,
+            vec![
+                step("db", Some("N::R"), Action::Delete, Status::Failed, Some("N::R: busy")),
+                step(
+                    "net",
+                    Some("N::R"),
+                    Action::Delete,
+                    Status::Skipped,
+                    Some("kept because a resource that depends on it was not deleted"),
+                ),
+                step("quiet", Some("N::R"), Action::Delete, Status::Failed, None),
+                step("gone", Some("N::R"), Action::Delete, Status::Done, None),
+            ],
+        );
+        let text = result_text(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..3],
+            [
+                "failed: db: N::R: busy",
+                "skipped: net: kept because a resource that depends on it was not deleted",
+                "failed: quiet",
+            ]
+        );
+        assert!(
+            lines[3].starts_with(
+                "delete failed: 0 created, 0 updated, 0 replaced, 0 deleted, 0 unchanged, 2 failed, 1 skipped"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -762,27 +762,30 @@ impl<'e, 'a> Run<'e, 'a> {
                     return Done::Ok(undefined_returns(step));
                 }
             }
-            let mut local = env;
+            // Every parameter is read in the enclosing scope (a parameter's value cannot see
+            // the step's other parameters), then bound inside the step.
+            let mut bound = Vec::with_capacity(step.params.len());
             for p in &step.params {
-                let v = match &p.source {
-                    ParamSource::Implicit => continue,
-                    ParamSource::Lookup(key) => match self.lookup_param(key, p) {
-                        Ok(v) => v,
-                        Err(msg) => return self.fail_step(step, &id, msg, started),
-                    },
-                    ParamSource::Value(e) => match self.resolve(e, &local) {
-                        Ok(v) => v,
-                        Err(msg) => return self.fail_step(step, &id, msg, started),
-                    },
-                };
-                let v = match self.typed(v, p, "") {
-                    Ok(v) => v,
+                match self.argument(p, &env, "") {
+                    Ok(v) => bound.push((p.name.clone(), v)),
                     Err(msg) => return self.fail_step(step, &id, msg, started),
-                };
-                local.insert(p.name.clone(), v);
+                }
             }
+            let mut local = env;
+            local.extend(bound);
             self.body(step, local, id).await
         })
+    }
+
+    /// A parameter's (or a call argument's) value, read from its source in `scope` (the
+    /// enclosing one) and converted to its type; `of` says whose parameter it is in messages.
+    fn argument(&self, p: &Param, scope: &Env, of: &str) -> Result<Val, String> {
+        let v = match &p.source {
+            ParamSource::Implicit => scope.get(&p.name).cloned().unwrap_or_else(|| Val::known(Value::Null)),
+            ParamSource::Lookup(key) => self.lookup_param(key, p)?,
+            ParamSource::Value(e) => self.resolve(e, scope)?,
+        };
+        self.typed(v, p, of)
     }
 
     fn lookup_param(&self, key: &str, p: &Param) -> Result<Val, String> {
@@ -978,7 +981,8 @@ impl<'e, 'a> Run<'e, 'a> {
                         .filter(|d| bad[**d])
                         .map(|d| steps[*d].name.as_str())
                         .collect();
-                    (!failed.is_empty()).then(|| format!("skipped because '{}' did not complete", failed.join("', '")))
+                    (!failed.is_empty())
+                        .then(|| format!("it depends on '{}', which did not complete", failed.join("', '")))
                 };
                 if let Some(why) = why {
                     self.skip_step(step, &id, &why);
@@ -1052,9 +1056,7 @@ impl<'e, 'a> Run<'e, 'a> {
                 Some("iterations known after apply".to_owned()),
                 started,
             );
-            let mut out = Env::new();
-            out.insert(into.to_owned(), Val::unknown());
-            return Done::Ok(out);
+            return self.collected(step, into, Val::unknown(), &id, started);
         }
         let known: Vec<Value> = values
             .into_iter()
@@ -1186,7 +1188,6 @@ impl<'e, 'a> Run<'e, 'a> {
                 Value::Object(element)
             });
         }
-        let mut out = Env::new();
         let items = Value::Array(items);
         if too_deep(&items) {
             let msg = format!(
@@ -1197,18 +1198,28 @@ impl<'e, 'a> Run<'e, 'a> {
             return self.fail_step(step, &id, msg, started);
         }
         let var = if unknown { Var::Unknown } else { Var::Known(items) };
-        out.insert(
-            into.to_owned(),
-            Val {
-                var,
-                origins: Arc::new(all_origins.into_iter().collect()),
-                sensitive: any_sensitive,
-            },
-        );
-        Done::Ok(out)
+        let val = Val {
+            var,
+            origins: Arc::new(all_origins.into_iter().collect()),
+            sensitive: any_sensitive,
+        };
+        self.collected(step, into, val, &id, started)
     }
 
-    async fn call(&self, step: &Step, target: &str, args: &[(String, Expr, Span)], env: Env, id: String) -> Done {
+    /// What a collection produces: its `into` list, converted to the type its return (which
+    /// can only be that list) declares.
+    fn collected(&self, step: &Step, into: &str, val: Val, id: &str, started: Instant) -> Done {
+        let val = match step.returns.iter().find(|r| r.name == into) {
+            Some(r) => match self.typed_return(r, val) {
+                Ok(v) => v,
+                Err(msg) => return self.fail_step(step, id, msg, started),
+            },
+            None => val,
+        };
+        Done::Ok([(into.to_owned(), val)].into_iter().collect())
+    }
+
+    async fn call(&self, step: &Step, target: &str, args: &[Param], env: Env, id: String) -> Done {
         let started = Instant::now();
         let Some(wf) = self.program.workflows.get(target) else {
             return self.fail_step(
@@ -1220,9 +1231,10 @@ impl<'e, 'a> Run<'e, 'a> {
         };
         let root = &wf.root;
         let mut callee = Env::new();
+        let passed_to = format!(" passed to '{target}'");
         for p in &root.params {
-            let v = if let Some((_, e, _)) = args.iter().find(|(n, _, _)| *n == p.name) {
-                self.resolve(e, &env)
+            let v = if let Some(a) = args.iter().find(|a| a.name == p.name) {
+                self.argument(a, &env, &passed_to)
             } else {
                 match &p.source {
                     ParamSource::Lookup(key) => self.lookup_param(key, p),

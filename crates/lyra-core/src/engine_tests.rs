@@ -1110,3 +1110,126 @@ steps:
         "{a:?}"
     );
 }
+
+/// Runs `main` (which may call `lib`, whose text is given) with `data`.
+fn run_with_lib(f: &Fixture, main: &str, lib: &str, data: Value) -> Report {
+    let mut sources = Sources::default();
+    let mut fetch = |name: &str| (name == "lib").then(|| ("lib.yaml".to_owned(), lib.to_owned()));
+    let prog = program::load(
+        "main",
+        ("main.yaml".into(), main.into()),
+        &mut fetch,
+        &mut sources,
+        f.providers.schemas(),
+    )
+    .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
+    let engine = Engine {
+        providers: &f.providers,
+        store: &f.store,
+        observer: &f.observed,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+    };
+    let data = data.as_object().cloned().unwrap_or_default();
+    block_on(engine.apply(&prog, "d", &data, "test")).unwrap()
+}
+
+/// A call's argument reads its `lookup` from the data (it used to pass the caller's variable
+/// of that name) and is converted to its `type` (which used to be ignored), before the called
+/// parameter's own type.
+#[test]
+fn call_arguments_take_their_lookup_and_type() {
+    let lib = "parameters: [zone, size]\nreturns: [z, s]\nsteps:\n  it:\n    returns: {z: echo}\n    resource: Test::Thing\n    value: {input: $zone}\n  sz:\n    returns: {s: echo}\n    resource: Test::Thing\n    value: {input: $size}\n";
+    let main = |size: &str| {
+        format!(
+            "parameters: [zone]\nreturns: [z, s]\nsteps:\n  c:\n    call: lib\n    parameters:\n      zone: {{lookup: zones.eu}}\n      size: {size}\n    returns: [z, s]\n"
+        )
+    };
+    let data = json!({"zone": "the caller's", "zones": {"eu": "eu9"}, "sizes": {"eu": "4"}});
+    let f = Fixture::new();
+    let r = run_with_lib(&f, &main("{lookup: sizes.eu, type: Integer}"), lib, data.clone());
+    assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
+    assert_eq!(r.returns["z"], json!("eu9"));
+    assert_eq!(r.returns["s"], json!(4));
+
+    let f = Fixture::new();
+    let r = run_with_lib(&f, &main("{value: 'not-shown', type: Sensitive}"), lib, data.clone());
+    assert_eq!(r.sensitive_returns, ["s"]);
+
+    let f = Fixture::new();
+    let r = run_with_lib(&f, &main("{value: large, type: Integer}"), lib, data.clone());
+    let c = step(&r, "c");
+    assert_eq!(c.status, Status::Failed);
+    assert_eq!(
+        c.error.as_deref(),
+        Some("main.yaml:8:7: parameter 'size' passed to 'lib' expects Integer, got String")
+    );
+    assert!(f.ids().is_empty());
+
+    let f = Fixture::new();
+    let r = run_with_lib(&f, &main("{lookup: sizes.us}"), lib, data);
+    assert_eq!(
+        step(&r, "c").error.as_deref(),
+        Some("main.yaml:8:7: parameter 'size': lookup key 'sizes.us' not found in the data")
+    );
+}
+
+/// A step's parameters are read in the enclosing workflow, as validation says (a value
+/// used to see the step's parameters declared before it), and an implicit one is converted
+/// to its type (which used to be ignored).
+#[test]
+fn nested_parameters_read_the_enclosing_scope_and_keep_their_types() {
+    let wf = |c: &str| {
+        format!(
+            "parameters: [a]\nreturns: [got]\nsteps:\n  s:\n    parameters:\n      a: {{value: inner}}\n      b: {{value: $a}}\n      c: Integer\n    returns: {{got: echo}}\n    resource: Test::Thing\n    value: {{input: [$a, $b, $c]}}\n  t:\n    returns: {{c: echo}}\n    resource: Test::Thing\n    value: {{input: {c}}}\n"
+        )
+    };
+    let f = Fixture::new();
+    let r = f.run(&wf("'5'"), json!({"a": "outer"}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
+    assert_eq!(r.returns["got"], json!(["inner", "outer", 5]));
+    let f = Fixture::new();
+    let r = f.run(&wf("five"), json!({"a": "outer"}), Mode::Apply);
+    assert_eq!(
+        step(&r, "s").error.as_deref(),
+        Some("t.yaml:8:7: parameter 'c' expects Integer, got String")
+    );
+}
+
+/// A collection's `returns` types its list (it used to be ignored): converted, made secret,
+/// or the step fails; at the top level too, where it is the workflow's return.
+#[test]
+fn a_collections_return_types_its_list() {
+    let wf = |ty: &str, items: &str| {
+        format!(
+            "returns: [names]\nsteps:\n  servers:\n    each: {items}\n    as: x\n    into: names\n    returns:\n      names: {{type: '{ty}'}}\n    step:\n      returns: echo\n      resource: Test::Thing\n      value: {{input: $x}}\n"
+        )
+    };
+    let f = Fixture::new();
+    let r = f.run(&wf("Array[Integer]", "['1', '2']"), json!({}), Mode::Apply);
+    assert_eq!(r.returns["names"], json!([1, 2]), "{:?}", r.steps);
+    let f = Fixture::new();
+    let r = f.run(&wf("Sensitive[Array[String]]", "[kept-secret]"), json!({}), Mode::Apply);
+    assert_eq!(r.sensitive_returns, ["names"]);
+    assert_hidden(&format!("{r:?}"), &["kept-secret"]);
+    let f = Fixture::new();
+    let r = f.run(&wf("Array[Integer]", "[a]"), json!({}), Mode::Apply);
+    assert_eq!(
+        step(&r, "servers").error.as_deref(),
+        Some("t.yaml:8:7: return 'names' '[0]' expects Integer, got String")
+    );
+    // Planned, the list is not known yet: its type waits for it.
+    let f = Fixture::new();
+    let r = f.run(&wf("Sensitive", "[a]"), json!({}), Mode::Plan);
+    assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
+
+    // A top-level collection: its return is the workflow's.
+    let top = "returns: {top: {type: 'Array[Integer]'}}\ntimes: 2\nas: i\ninto: top\nstep:\n  returns: echo\n  resource: Test::Thing\n  value: {input: $i}\n";
+    let f = Fixture::new();
+    let r = f.run(top, json!({}), Mode::Apply);
+    assert_eq!(r.returns["top"], json!([0, 1]), "{:?}", r.steps);
+    let top = top.replace("Array[Integer]", "Array[String]");
+    let r = Fixture::new().run(&top, json!({}), Mode::Apply);
+    assert_eq!(r.returns["top"], json!(["0", "1"]), "{:?}", r.steps);
+}

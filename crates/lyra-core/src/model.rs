@@ -56,8 +56,10 @@ pub enum StepKind {
     Call {
         target: String,
         target_span: Span,
-        /// Arguments: called parameter name -> value in the caller's scope.
-        args: Vec<(String, Expr, Span)>,
+        /// Arguments, named by the called workflow's parameters. Their source is read in the
+        /// caller's scope (`Implicit`: the caller's variable of the same name); a `ty`
+        /// converts the argument before the called parameter's own type does.
+        args: Vec<Param>,
     },
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::model::{Step, StepKind, Workflow};
 use crate::schema::SchemaRegistry;
-use crate::validate::{Signature, validate};
+use crate::validate::{Signature, Unloaded, validate};
 use crate::value::MAX_DEPTH;
 use crate::yaml::parse_workflow_partial;
 
@@ -21,6 +21,21 @@ pub struct Program {
 /// The CLI reads files from a load path; the controller may embed them.
 pub trait WorkflowSource {
     fn fetch(&mut self, name: &str) -> Option<(String, String)>;
+
+    /// The names of every workflow the source could fetch (sorted), for the help of a call to
+    /// an unknown one; `None` when it cannot list them (the help then names the workflows
+    /// that were loaded). Asked only when a call names an unknown workflow.
+    fn names(&mut self) -> Option<Vec<String>> {
+        None
+    }
+
+    /// Why `fetch` gave nothing for `name`, when the source has such a workflow but could not
+    /// give it (unreadable, outside the load path): the call says so instead of calling it
+    /// unknown. Asked after a `fetch` of `name` that gave nothing.
+    fn refused(&mut self, name: &str) -> Option<String> {
+        let _ = name;
+        None
+    }
 }
 
 impl<F: FnMut(&str) -> Option<(String, String)>> WorkflowSource for F {
@@ -66,6 +81,7 @@ pub fn load(
     let mut parsed: HashMap<String, Workflow> = HashMap::new();
     let mut queue: Vec<(String, Option<(String, String)>)> = vec![(main_name.to_owned(), Some(main))];
     let mut tried: HashSet<String> = HashSet::new();
+    let mut unloaded = Unloaded::default();
     while let Some((name, text)) = queue.pop() {
         if !tried.insert(name.clone()) {
             continue;
@@ -74,6 +90,9 @@ pub fn load(
         let text = text.or_else(|| check_workflow_name(&name).ok().and_then(|()| source.fetch(&name)));
         let Some((path, text)) = text else {
             // Reported where it is called, by validation.
+            if let Some(why) = source.refused(&name) {
+                unloaded.refused.insert(name, why);
+            }
             continue;
         };
         let file = sources.add(path, text.clone());
@@ -98,9 +117,21 @@ pub fn load(
     {
         check_nesting(main, &parsed, &mut diags);
     }
+    // Listing the source can be costly (a directory tree): only for the help of a call that
+    // names no loaded workflow.
+    let unknown_call = parsed.values().any(|wf| {
+        let mut targets = Vec::new();
+        call_targets(&wf.root, &mut targets);
+        targets
+            .iter()
+            .any(|t| !parsed.contains_key(t) && !unloaded.refused.contains_key(t))
+    });
+    if unknown_call {
+        unloaded.on_path = source.names();
+    }
     let mut workflows = HashMap::new();
     for (name, mut wf) in parsed {
-        if let Err(d) = validate(&mut wf, schemas, &sigs) {
+        if let Err(d) = validate(&mut wf, schemas, &sigs, &unloaded) {
             diags.extend(d);
         }
         workflows.insert(name, Arc::new(wf));

@@ -33,32 +33,65 @@ impl Signature {
     }
 }
 
-/// Validates `wf` in place. `calls` holds the signatures of every workflow it may call.
+/// What the workflow source said about the workflows that were not loaded, for the messages
+/// of the calls to them.
+#[derive(Debug, Default, Clone)]
+pub struct Unloaded {
+    /// The names of the workflows on the load path, when the source can list them.
+    pub on_path: Option<Vec<String>>,
+    /// Workflows the source has but could not give (unreadable, outside the load path), and
+    /// why.
+    pub refused: HashMap<String, String>,
+}
+
+/// Validates `wf` in place. `calls` holds the signatures of every workflow it may call;
+/// `unloaded` what is known of the others.
 pub fn validate(
     wf: &mut Workflow,
     schemas: &SchemaRegistry,
     calls: &HashMap<String, Signature>,
+    unloaded: &Unloaded,
 ) -> Result<(), Diagnostics> {
     let mut cx = Cx {
         schemas,
         calls,
+        unloaded,
         diags: Diagnostics::default(),
     };
     let inputs = cx.step(&mut wf.root, true);
-    // The top level reads only its own parameters (which come from data).
+    // The top level reads only its own parameters (which come from data). What a top-level
+    // resource or collection reads beyond them is not declared; parameter values, guards and
+    // call arguments that read variables were reported where they are.
     for (name, span) in inputs {
         cx.diags.push(
-            Diagnostic::new(span, format!("nothing produces '${name}'")).with_help(format!(
-                "declare a parameter '{name}' (with a lookup or a value), or return '{name}' from a step"
+            Diagnostic::new(span, format!("nothing at the top level defines '${name}'")).with_help(format!(
+                "declare it: `parameters: [{name}]` reads the data key '{name}' (or give it a lookup or a value)"
             )),
         );
     }
     cx.diags.into_result()
 }
 
+/// "LABEL: a, b, c", at most 20 names, then how many more.
+fn names_help(label: &str, names: &[String]) -> String {
+    const SHOWN: usize = 20;
+    if names.is_empty() {
+        return format!("{label}: none");
+    }
+    let mut text = format!(
+        "{label}: {}",
+        names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ")
+    );
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
 struct Cx<'a> {
     schemas: &'a SchemaRegistry,
     calls: &'a HashMap<String, Signature>,
+    unloaded: &'a Unloaded,
     diags: Diagnostics,
 }
 
@@ -70,6 +103,39 @@ fn add(inputs: &mut Inputs, name: &str, span: Span) {
 }
 
 impl Cx<'_> {
+    /// A top-level parameter's `value` reads `$r`: nothing encloses the top level, and the
+    /// parameters of one step do not see each other, so it cannot be defined.
+    fn top_value_reference(&mut self, p: &crate::model::Param, r: &crate::expr::Ref, params: &[crate::model::Param]) {
+        let (name, at) = (&p.name, r.name.as_str());
+        let help = match params.iter().find(|q| q.name == at) {
+            Some(q) => match &q.source {
+                ParamSource::Lookup(key) => {
+                    format!(
+                        "'{at}' is another parameter: give '{name}' the same data, `lookup: {key}`, or read ${at} where '{name}' is used"
+                    )
+                }
+                ParamSource::Implicit => {
+                    format!(
+                        "'{at}' is another parameter: give '{name}' the same data, `lookup: {at}`, or read ${at} where '{name}' is used"
+                    )
+                }
+                ParamSource::Value(_) => {
+                    format!("'{at}' is another parameter: repeat its value, or read ${at} where '{name}' is used")
+                }
+            },
+            None => "write the value itself, or take it from the data with `lookup: KEY`".to_owned(),
+        };
+        self.diags.push(
+            Diagnostic::new(
+                r.span,
+                format!(
+                    "parameter '{name}' of the top level reads '${at}', but a top-level value is a literal: it cannot read variables"
+                ),
+            )
+            .with_help(help),
+        );
+    }
+
     /// Analyses a step; returns what it reads from its enclosing scope.
     fn step(&mut self, step: &mut Step, top: bool) -> Inputs {
         let mut inputs = Inputs::new();
@@ -80,12 +146,28 @@ impl Cx<'_> {
             match &p.source {
                 // At the top level an undeclared source means a data key of the same name.
                 ParamSource::Implicit if !top => add(&mut inputs, &p.name, p.span),
+                // Nothing encloses the top level: its values are literals.
+                ParamSource::Value(e) if top => {
+                    for r in e.refs() {
+                        self.top_value_reference(p, r, &step.params);
+                    }
+                }
                 ParamSource::Value(e) => e.refs().iter().for_each(|r| add(&mut inputs, &r.name, r.span)),
                 _ => {}
             }
         }
-        if let Some((g, span)) = &step.when {
-            g.names().iter().for_each(|n| add(&mut inputs, n, *span));
+        match &step.when {
+            // A guard is decided by the workflow around the step; the top level has none (and
+            // a called workflow's own guard would be ignored).
+            Some((_, span)) if top => self.diags.push(
+                Diagnostic::new(
+                    *span,
+                    format!("the top-level step '{}' cannot have a guard ('when')", step.name),
+                )
+                .with_help("guard the steps inside it, or the step that calls this workflow"),
+            ),
+            Some((g, span)) => g.names().iter().for_each(|n| add(&mut inputs, n, *span)),
+            None => {}
         }
         let explicit_params = !step.params.is_empty();
         let step_name = step.name.clone();
@@ -234,11 +316,45 @@ impl Cx<'_> {
             StepKind::Collection {
                 over,
                 vars,
+                into,
                 step: inner,
                 ..
             } => {
+                // What to iterate over may be one of the collection's own parameters (at the
+                // top level, that is the only way to read data), as the engine resolves it.
                 for e in over.exprs() {
-                    e.refs().iter().for_each(|r| add(&mut inputs, &r.name, r.span));
+                    for r in e.refs() {
+                        if !local.contains(&r.name) {
+                            add(&mut inputs, &r.name, r.span);
+                        }
+                    }
+                }
+                // A collection produces one value, its `into` list; `returns` may only name
+                // (and type) it.
+                for r in &step.returns {
+                    if r.name != *into || r.source_name() != Some(into.as_str()) {
+                        let what = match &r.source {
+                            ReturnSource::Value(_) => format!("'{}', built from a 'value'", r.name),
+                            ReturnSource::Alias(a) if a != &r.name => format!("'{}' (from '{a}')", r.name),
+                            _ => format!("'{}'", r.name),
+                        };
+                        self.diags.push(
+                            Diagnostic::new(
+                                r.span,
+                                format!(
+                                    "collection '{step_name}' produces one value, its list '{into}', and cannot return {what}"
+                                ),
+                            )
+                            .with_help(if r.name == *into {
+                                format!("return the list as it is: `returns: {into}` (with a type if need be)")
+                            } else {
+                                format!(
+                                    "return '{into}' (with a type if need be), or name the list with `into: {}`",
+                                    r.name
+                                )
+                            }),
+                        );
+                    }
                 }
                 let inner_inputs = self.step(inner, false);
                 for (n, s) in inner_inputs {
@@ -252,8 +368,31 @@ impl Cx<'_> {
                 target_span,
                 args,
             } => {
-                for (_, e, _) in args.iter() {
-                    e.refs().iter().for_each(|r| add(&mut inputs, &r.name, r.span));
+                for a in args.iter() {
+                    let read: Vec<(&str, Span)> = match &a.source {
+                        ParamSource::Implicit => vec![(a.name.as_str(), a.span)],
+                        ParamSource::Value(e) => e.refs().iter().map(|r| (r.name.as_str(), r.span)).collect(),
+                        ParamSource::Lookup(_) => vec![],
+                    };
+                    for (name, span) in read {
+                        if top {
+                            self.diags.push(
+                                Diagnostic::new(
+                                    span,
+                                    format!(
+                                        "argument '{}' of the top-level call '{step_name}' reads '${name}', but there are no variables at the top level",
+                                        a.name
+                                    ),
+                                )
+                                .with_help(format!(
+                                    "pass a literal (`{}: {{value: ...}}`) or data (`{}: {{lookup: KEY}}`)",
+                                    a.name, a.name
+                                )),
+                            );
+                        } else {
+                            add(&mut inputs, name, span);
+                        }
+                    }
                 }
                 match self.calls.get(target.as_str()) {
                     // Never looked up: it could name a file outside the load path.
@@ -263,27 +402,54 @@ impl Cx<'_> {
                             format!("step '{step_name}' calls '{target}', which is not a workflow name: {why}"),
                         );
                     }
+                    // Found, but it could not be read: say why, not that it does not exist.
+                    None if let Some(why) = self.unloaded.refused.get(target.as_str()) => {
+                        self.diags.error(
+                            *target_span,
+                            format!("step '{step_name}' calls '{target}', which cannot be loaded: {why}"),
+                        );
+                    }
                     None => {
-                        let mut known: Vec<&str> = self.calls.keys().map(String::as_str).collect();
-                        known.sort_unstable();
+                        let help = match &self.unloaded.on_path {
+                            Some(names) => names_help("workflows on the load path", names),
+                            None => {
+                                let mut known: Vec<String> = self.calls.keys().cloned().collect();
+                                known.sort_unstable();
+                                names_help("known workflows", &known)
+                            }
+                        };
                         self.diags.push(
                             Diagnostic::new(
                                 *target_span,
                                 format!("step '{step_name}' calls '{target}', which is not a known workflow"),
                             )
-                            .with_help(format!("workflows on the load path: {}", known.join(", "))),
+                            .with_help(help),
                         );
                     }
                     Some(sig) => {
-                        for (called, _, span) in args.iter() {
-                            if !sig.params.iter().any(|(p, _)| p == called) {
+                        for a in args.iter() {
+                            if !sig.params.iter().any(|(p, _)| *p == a.name) {
                                 self.diags
-                                    .error(*span, format!("workflow '{target}' has no parameter '{called}'"));
+                                    .error(a.span, format!("workflow '{target}' has no parameter '{}'", a.name));
                             }
                         }
                         for (p, has_source) in &sig.params {
-                            if !has_source && !args.iter().any(|(c, _, _)| c == p) {
-                                add(&mut inputs, p, step.span);
+                            if !has_source && !args.iter().any(|a| a.name == *p) {
+                                if top {
+                                    self.diags.push(
+                                        Diagnostic::new(
+                                            step.span,
+                                            format!(
+                                                "the top-level call '{step_name}' does not pass parameter '{p}' of '{target}', which has no value of its own"
+                                            ),
+                                        )
+                                        .with_help(format!(
+                                            "pass it: `parameters: {{{p}: {{lookup: KEY}}}}` (data) or `{{{p}: {{value: ...}}}}`"
+                                        )),
+                                    );
+                                } else {
+                                    add(&mut inputs, p, step.span);
+                                }
                             }
                         }
                         for r in &step.returns {
@@ -459,6 +625,227 @@ pub fn find_cycles(deps: &[Vec<usize>]) -> Vec<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::diag::Sources;
+    use crate::schema::{AttributeSchema, ResourceSchema};
+    use crate::types::Type;
+
+    fn schemas() -> SchemaRegistry {
+        let mut r = SchemaRegistry::default();
+        r.insert(ResourceSchema::new(
+            "Test::Thing",
+            vec![
+                AttributeSchema::new("input", Type::Any),
+                AttributeSchema::new("output", Type::Any).provided(),
+            ],
+        ));
+        r
+    }
+
+    /// The problems with `main.yaml` (calling the workflows in `others`), as
+    /// `line:col message | help`, in order.
+    fn problems_with(main: &str, others: &[(&str, &str)], listed: Option<&[&str]>) -> Vec<String> {
+        struct Source<'a> {
+            others: &'a [(&'a str, &'a str)],
+            listed: Option<&'a [&'a str]>,
+        }
+        impl crate::program::WorkflowSource for Source<'_> {
+            fn fetch(&mut self, name: &str) -> Option<(String, String)> {
+                let (_, text) = self.others.iter().find(|(n, _)| *n == name)?;
+                (!text.is_empty()).then(|| (format!("{name}.yaml"), (*text).to_owned()))
+            }
+            /// A workflow given as empty text stands for one that cannot be read.
+            fn refused(&mut self, name: &str) -> Option<String> {
+                self.others
+                    .iter()
+                    .any(|(n, t)| *n == name && t.is_empty())
+                    .then(|| format!("cannot read {name}.yaml"))
+            }
+            fn names(&mut self) -> Option<Vec<String>> {
+                self.listed.map(|l| l.iter().map(|n| (*n).to_owned()).collect())
+            }
+        }
+        let mut source = Source { others, listed };
+        let mut sources = Sources::default();
+        match crate::program::load(
+            "main",
+            ("main.yaml".into(), main.into()),
+            &mut source,
+            &mut sources,
+            &schemas(),
+        ) {
+            Ok(_) => vec![],
+            Err(d) => d
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}:{} {} | {}",
+                        d.span.line,
+                        d.span.col,
+                        d.message,
+                        d.help.as_deref().unwrap_or("")
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn problems(main: &str) -> Vec<String> {
+        problems_with(main, &[], None)
+    }
+
+    /// A top-level value is a literal: reading a variable is said to be that, at the reference,
+    /// not "nothing produces" with the advice to declare a parameter that is declared.
+    #[test]
+    fn top_level_values_cannot_read_variables() {
+        let p = problems(
+            "parameters:\n  region:\n    lookup: net.region\n  zone:\n    value: $region\n  other:\n    value: [$elsewhere]\n  plain:\n  copy:\n    value: $plain\nsteps:\n",
+        );
+        assert_eq!(
+            p,
+            [
+                "5:12 parameter 'zone' of the top level reads '$region', but a top-level value is a literal: it cannot read variables \
+                 | 'region' is another parameter: give 'zone' the same data, `lookup: net.region`, or read $region where 'zone' is used",
+                "7:13 parameter 'other' of the top level reads '$elsewhere', but a top-level value is a literal: it cannot read variables \
+                 | write the value itself, or take it from the data with `lookup: KEY`",
+                "10:12 parameter 'copy' of the top level reads '$plain', but a top-level value is a literal: it cannot read variables \
+                 | 'plain' is another parameter: give 'copy' the same data, `lookup: plain`, or read $plain where 'copy' is used",
+            ]
+        );
+        // A nested step's value reads the enclosing workflow, which may declare it.
+        assert!(problems("parameters: [region]\nsteps:\n  a:\n    parameters:\n      zone: {value: $region}\n    resource: Test::Thing\n    value: {input: $zone}\n").is_empty());
+    }
+
+    /// What else the top level reads: an undeclared name (the help says how to declare it, and
+    /// no longer to return it from a sibling step, which a top level has not), a guard (which
+    /// nothing would evaluate), and the arguments of a top-level call.
+    #[test]
+    fn the_top_level_reads_only_its_parameters() {
+        assert_eq!(
+            problems("resource: Test::Thing\nvalue:\n  input: $region\n"),
+            [
+                "3:10 nothing at the top level defines '$region' | declare it: `parameters: [region]` reads the data key 'region' (or give it a lookup or a value)"
+            ]
+        );
+        assert_eq!(
+            problems("parameters: [flag]\nwhen: flag\nsteps:\n"),
+            [
+                "2:7 the top-level step 'main' cannot have a guard ('when') | guard the steps inside it, or the step that calls this workflow"
+            ]
+        );
+        let lib = [(
+            "lib",
+            "parameters:\n  a: {type: String}\n  b: {value: 1}\n  c:\nsteps:\n",
+        )];
+        assert_eq!(
+            problems_with("call: lib\nparameters:\n  a: {value: $x}\n  b:\n", &lib, None),
+            [
+                "1:1 the top-level call 'main' does not pass parameter 'c' of 'lib', which has no value of its own \
+                 | pass it: `parameters: {c: {lookup: KEY}}` (data) or `{c: {value: ...}}`",
+                "3:14 argument 'a' of the top-level call 'main' reads '$x', but there are no variables at the top level \
+                 | pass a literal (`a: {value: ...}`) or data (`a: {lookup: KEY}`)",
+                "4:3 argument 'b' of the top-level call 'main' reads '$b', but there are no variables at the top level \
+                 | pass a literal (`b: {value: ...}`) or data (`b: {lookup: KEY}`)",
+            ]
+        );
+        // Literals and lookups are what a top-level call passes.
+        assert!(
+            problems_with(
+                "call: lib\nparameters:\n  a: {lookup: k}\n  c: {value: 3}\n",
+                &lib,
+                None
+            )
+            .is_empty()
+        );
+        // A top-level collection iterates over its own parameters.
+        assert!(problems("parameters:\n  zones: {lookup: zones}\neach: $zones\nas: z\nstep:\n  resource: Test::Thing\n  value: {input: $z}\n").is_empty());
+    }
+
+    /// A call's arguments keep their lookup (read from the data, so the caller needs no such
+    /// variable) and their type.
+    #[test]
+    fn call_arguments_keep_their_source_and_type() {
+        let lib = [("lib", "parameters: [a, b]\nsteps:\n")];
+        let main = "steps:\n  c:\n    call: lib\n    parameters:\n      a: {lookup: data.a, type: Integer}\n      b: {value: 1, type: 'Sensitive[Integer]'}\n";
+        assert!(problems_with(main, &lib, None).is_empty());
+        let mut sources = Sources::default();
+        let mut fetch = |name: &str| (name == "lib").then(|| ("lib.yaml".to_owned(), lib[0].1.to_owned()));
+        let prog = crate::program::load(
+            "main",
+            ("main.yaml".into(), main.into()),
+            &mut fetch,
+            &mut sources,
+            &schemas(),
+        )
+        .unwrap();
+        let StepKind::Workflow { steps, .. } = &prog.main.root.kind else {
+            panic!()
+        };
+        let StepKind::Call { args, .. } = &steps[0].kind else {
+            panic!()
+        };
+        assert!(matches!(&args[0].source, ParamSource::Lookup(k) if k == "data.a"));
+        assert_eq!(args[0].ty.as_ref().map(ToString::to_string).as_deref(), Some("Integer"));
+        assert!(args[1].ty.as_ref().is_some_and(Type::is_sensitive));
+        // The lookup reads no variable of the caller.
+        assert!(steps[0].inputs.is_empty(), "{:?}", steps[0].inputs);
+    }
+
+    /// A collection produces its `into` list only: `returns` may name (and type) it, and
+    /// anything else is an error instead of being ignored.
+    #[test]
+    fn a_collection_returns_only_its_list() {
+        let wf = |returns: &str| {
+            format!(
+                "returns: [names]\nsteps:\n  servers:\n    times: 2\n    into: names\n    returns: {returns}\n    step:\n      returns: output\n      resource: Test::Thing\n"
+            )
+        };
+        for ok in ["names", "[names]", "{names: {type: 'Array[String]'}}", "{names: names}"] {
+            assert!(problems(&wf(ok)).is_empty(), "{ok}: {:?}", problems(&wf(ok)));
+        }
+        assert_eq!(
+            problems(&wf("{ids: output, names: {value: 1}, servers: {type: Array}}")),
+            [
+                "6:15 collection 'servers' produces one value, its list 'names', and cannot return 'ids' (from 'output') \
+                 | return 'names' (with a type if need be), or name the list with `into: ids`",
+                "6:28 collection 'servers' produces one value, its list 'names', and cannot return 'names', built from a 'value' \
+                 | return the list as it is: `returns: names` (with a type if need be)",
+                "6:47 collection 'servers' produces one value, its list 'names', and cannot return 'servers' \
+                 | return 'names' (with a type if need be), or name the list with `into: servers`",
+            ]
+        );
+    }
+
+    /// The help of a call to an unknown workflow names what is on the load path (as the source
+    /// lists it), not only what was loaded.
+    #[test]
+    fn unknown_calls_list_the_load_path() {
+        let lib = [("lib", "steps:\n")];
+        let main = "steps:\n  a:\n    call: lib\n  b:\n    call: libb\n";
+        let p = problems_with(main, &lib, Some(&["lib", "main", "net::vpc", "zone"]));
+        assert_eq!(
+            p,
+            [
+                "5:11 step 'b' calls 'libb', which is not a known workflow | workflows on the load path: lib, main, net::vpc, zone"
+            ]
+        );
+        // One the source has but cannot give is not called unknown.
+        let p = problems_with("steps:\n  a:\n    call: broken\n", &[("broken", "")], Some(&["broken"]));
+        assert_eq!(
+            p,
+            ["3:11 step 'a' calls 'broken', which cannot be loaded: cannot read broken.yaml | "]
+        );
+        // A source that cannot list names what was loaded.
+        let p = problems_with(main, &lib, None);
+        assert_eq!(
+            p,
+            ["5:11 step 'b' calls 'libb', which is not a known workflow | known workflows: lib, main"]
+        );
+        // Long lists are cut.
+        let many: Vec<String> = (0..25).map(|i| format!("w{i:02}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let p = problems_with(main, &lib, Some(&many));
+        assert!(p[0].ends_with("w18, w19 and 5 more"), "{p:?}");
+    }
 
     #[test]
     fn finds_cycles_and_ignores_chains() {

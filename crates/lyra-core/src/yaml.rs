@@ -7,6 +7,7 @@
 
 use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode};
 use marked_yaml::{LoaderOptions, Node, parse_yaml_with_options};
+use yaml_rust2::scanner::TokenType;
 
 use crate::diag::{Diagnostic, Diagnostics, FileId, Span};
 use crate::expr::{Expr, Ref};
@@ -174,9 +175,24 @@ fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
         let (marker, msg) = match &e {
             TopLevelMustBeMapping(m) => (Some(*m), "the top level must be a mapping".to_owned()),
             TopLevelMustBeSequence(m) => (Some(*m), "the top level must be a sequence".to_owned()),
-            UnexpectedAnchor(m) => (Some(*m), "YAML anchors are not supported".to_owned()),
+            // The loader marks the node an anchor or a tag belongs to, which starts after it
+            // (on the next line for `when: !flag`): the scanner knows where it is written.
+            UnexpectedAnchor(m) => (
+                Some(first_token(text, |t| matches!(t, TokenType::Anchor(_))).unwrap_or(*m)),
+                "YAML anchors are not supported".to_owned(),
+            ),
             MappingKeyMustBeScalar(m) => (Some(*m), "mapping keys must be plain scalars".to_owned()),
-            UnexpectedTag(m) => (Some(*m), "YAML tags are not supported".to_owned()),
+            UnexpectedTag(m) => (
+                Some(first_token(text, |t| matches!(t, TokenType::Tag(..))).unwrap_or(*m)),
+                "YAML tags are not supported".to_owned(),
+            ),
+            // An alias (`*name`) is read as a reference to an anchor, which none can be.
+            ScanError(m, _)
+                if first_token(text, |t| matches!(t, TokenType::Alias(_)))
+                    .is_some_and(|a| (a.line(), a.column()) == (m.line(), m.column())) =>
+            {
+                (Some(*m), "YAML aliases are not supported".to_owned())
+            }
             ScanError(m, _) => {
                 let full = e.to_string();
                 // The scanner's text repeats the position; keep the description only.
@@ -199,6 +215,14 @@ fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
         d.error(span, msg);
         d
     })
+}
+
+/// Where the first token that `wanted` picks is written, as a loader marker (1-based line and
+/// column), if the scanner gets that far.
+fn first_token(text: &str, wanted: impl Fn(&TokenType) -> bool) -> Option<marked_yaml::Marker> {
+    yaml_rust2::scanner::Scanner::new(text.chars())
+        .find(|t| wanted(&t.1))
+        .map(|t| marked_yaml::Marker::new(0, t.0.index(), t.0.line(), t.0.col() + 1))
 }
 
 /// A YAML node's data value: plain scalars are typed (null, booleans, numbers), quoted ones
@@ -383,7 +407,7 @@ impl FrontEnd {
             }
         }
 
-        let params = map
+        let mut params = map
             .get_node("parameters")
             .map(|n| self.params(n, is_call))
             .unwrap_or_default();
@@ -446,20 +470,8 @@ impl FrontEnd {
                 Some(s) if s.as_str().is_empty() => name.to_owned(),
                 _ => self.string(node, "'call'")?,
             };
-            let args = params
-                .iter()
-                .map(|p| {
-                    let e = match &p.source {
-                        ParamSource::Value(e) => e.clone(),
-                        ParamSource::Lookup(_) | ParamSource::Implicit => Expr::Ref(Ref {
-                            name: p.name.clone(),
-                            path: vec![],
-                            span: p.span,
-                        }),
-                    };
-                    (p.name.clone(), e, p.span)
-                })
-                .collect();
+            // The arguments are the step's `parameters`, each with its own source and type.
+            let args = std::mem::take(&mut params);
             StepKind::Call {
                 target,
                 target_span,
@@ -495,8 +507,7 @@ impl FrontEnd {
                 external_id,
             }
         };
-        // Call arguments were taken from `parameters`; the step itself has none of its own.
-        let params = if is_call { Vec::new() } else { params };
+        // A call's `parameters` are its arguments (taken above): it has none of its own.
         Some(Step {
             name: name.to_owned(),
             span,
@@ -594,6 +605,21 @@ impl FrontEnd {
                         Node::Scalar(s) if !s.as_str().is_empty() => p.ty = self.ty(v),
                         Node::Scalar(_) => {}
                         Node::Mapping(pm) => {
+                            // One source: with both, one of them would be silently dropped.
+                            let second = pm
+                                .iter()
+                                .map(|(k, _)| k)
+                                .filter(|k| matches!(k.as_str(), "lookup" | "value"))
+                                .nth(1);
+                            if let Some(k) = second {
+                                self.diags.push(
+                                    Diagnostic::new(
+                                        self.key_span(k),
+                                        format!("parameter '{name}' has both a lookup and a value"),
+                                    )
+                                    .with_help("give it one of them: the data key to read, or the value itself"),
+                                );
+                            }
                             for (pk, pv) in pm.iter() {
                                 match pk.as_str() {
                                     "type" => p.ty = self.ty(pv),
@@ -817,6 +843,80 @@ mod tests {
         let v = format!("{}1{}", "[".repeat(inner), "]".repeat(inner));
         assert!(parse(&with_value(&v)).is_ok());
         assert!(parse(&with_value(&format!("[{v}]"))).is_err());
+    }
+
+    /// Tags and anchors are reported where they are written, not at the node they belong
+    /// to (for `when: !flag`, that was the next line; for a tag ending the file, past it).
+    #[test]
+    fn tags_and_anchors_are_reported_where_they_are_written() {
+        let at = |text: &str| {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.len(), 1, "{err}");
+            let d = &err.0[0];
+            (d.message.clone(), d.span.line, d.span.col)
+        };
+        let tag = "YAML tags are not supported".to_owned();
+        let anchor = "YAML anchors are not supported".to_owned();
+        assert_eq!(
+            at("parameters: [flag]\nsteps:\n  x:\n    when: !flag\n    resource: Null::Resource\n"),
+            (tag.clone(), 4, 11)
+        );
+        assert_eq!(
+            at("steps:\n  x:\n    resource: N::R\n    value: !foo\n"),
+            (tag.clone(), 4, 12)
+        );
+        assert_eq!(at("steps: !!map\n  x:\n    resource: N::R\n"), (tag.clone(), 1, 8));
+        assert_eq!(at("steps:\n  x:\n    value:\n      input: !!str 5\n"), (tag, 4, 14));
+        assert_eq!(
+            at("steps:\n  x: &a\n    resource: N::R\n  y: *a\n"),
+            (anchor.clone(), 2, 6)
+        );
+        assert_eq!(at("steps:\n  x:\n    value: &v [1]\n"), (anchor, 3, 12));
+        assert_eq!(
+            at("steps:\n  x:\n    value:\n      input: *a\n"),
+            ("YAML aliases are not supported".to_owned(), 4, 14)
+        );
+    }
+
+    /// A parameter (or a call's argument) takes one source: with a lookup and a value, one
+    /// of them used to be dropped silently.
+    #[test]
+    fn a_parameter_has_one_source() {
+        for text in [
+            "parameters:\n  a:\n    lookup: k\n    value: 1\nsteps:\n",
+            "steps:\n  c:\n    call: lib\n    parameters:\n      a: {value: 1, lookup: k}\n",
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.len(), 1, "{err}");
+            assert_eq!(err.0[0].message, "parameter 'a' has both a lookup and a value");
+            // At the second of them.
+            assert!(
+                matches!((err.0[0].span.line, err.0[0].span.col), (4, 5) | (5, 21)),
+                "{err}"
+            );
+        }
+    }
+
+    /// A call's `parameters` are its arguments, each with its own source and type.
+    #[test]
+    fn call_arguments_keep_lookups_and_types() {
+        let wf = parse(
+            "steps:\n  c:\n    call: lib\n    parameters:\n      a: {lookup: k.a, type: Integer}\n      b:\n      local: c\n",
+        )
+        .unwrap();
+        let StepKind::Workflow { steps, .. } = &wf.root.kind else {
+            panic!()
+        };
+        assert!(steps[0].params.is_empty());
+        let StepKind::Call { args, .. } = &steps[0].kind else {
+            panic!()
+        };
+        let names: Vec<&str> = args.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(matches!(&args[0].source, ParamSource::Lookup(k) if k == "k.a"));
+        assert_eq!(args[0].ty, Some(Type::INTEGER));
+        assert!(matches!(args[1].source, ParamSource::Implicit));
+        assert!(matches!(&args[2].source, ParamSource::Value(Expr::Ref(r)) if r.name == "local"));
     }
 
     #[test]

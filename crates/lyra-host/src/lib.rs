@@ -102,6 +102,73 @@ impl LoadPath {
         Ok((shown.display().to_string(), text))
     }
 
+    /// The names of the workflows on the load path, sorted: every `.yaml`/`.yml` file whose
+    /// name [`check_workflow_name`] accepts (in directories whose names are segments), and
+    /// whose real path lies inside the load path: names [`Self::read`] finds. Links are not
+    /// followed out of the load path, nor back into a directory being walked (that would make
+    /// endless names), and the walk stops after [`Self::MAX_LISTED`] entries: it only feeds a
+    /// help message.
+    pub fn names(&self) -> Vec<String> {
+        let dir = if self.dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            self.dir.as_path()
+        };
+        let Ok(root) = dir.canonicalize() else {
+            return Vec::new();
+        };
+        let mut names = Vec::new();
+        let mut budget = Self::MAX_LISTED;
+        // (real directories from the root down to this one, name prefix)
+        let mut stack = vec![(vec![root.clone()], String::new())];
+        while let Some((chain, prefix)) = stack.pop() {
+            let real_dir = chain.last().expect("a directory");
+            let Ok(entries) = std::fs::read_dir(real_dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if budget == 0 {
+                    break;
+                }
+                budget -= 1;
+                let file_name = entry.file_name();
+                let Some(file_name) = file_name.to_str() else {
+                    continue;
+                };
+                let Ok(real) = entry.path().canonicalize() else {
+                    continue;
+                };
+                if !real.starts_with(&root) {
+                    continue;
+                }
+                if real.is_dir() {
+                    // A link back to a directory being walked would never end.
+                    if check_workflow_name(file_name).is_ok() && !chain.contains(&real) {
+                        let mut deeper = chain.clone();
+                        deeper.push(real);
+                        stack.push((deeper, format!("{prefix}{file_name}::")));
+                    }
+                    continue;
+                }
+                let stem = file_name
+                    .strip_suffix(".yaml")
+                    .or_else(|| file_name.strip_suffix(".yml"));
+                if let Some(stem) = stem
+                    && real.is_file()
+                    && check_workflow_name(stem).is_ok()
+                {
+                    names.push(format!("{prefix}{stem}"));
+                }
+            }
+        }
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// How many directory entries [`Self::names`] looks at, at most.
+    pub const MAX_LISTED: usize = 10_000;
+
     /// (path under the load path for messages, canonical path to read).
     fn resolve(&self, name: &str) -> Result<(PathBuf, PathBuf), LookupError> {
         check_workflow_name(name).map_err(|reason| LookupError::InvalidName {
@@ -159,22 +226,34 @@ impl LookupError {
     }
 }
 
-/// The workflows a program calls, read from a load path; files that exist but cannot be read
-/// (or lead out of the load path) are kept aside, to be reported as what they are rather than
-/// as unknown workflows.
+/// The workflows a program calls, read from a load path. Files that exist but cannot be read
+/// (or lead out of the load path) are refused: their callers say why, rather than call them
+/// unknown workflows.
 struct Reading<'a> {
     load_path: &'a LoadPath,
-    refused: Vec<LookupError>,
+    refused: Vec<(String, LookupError)>,
 }
 
 impl WorkflowSource for Reading<'_> {
+    fn names(&mut self) -> Option<Vec<String>> {
+        Some(self.load_path.names())
+    }
+
+    fn refused(&mut self, name: &str) -> Option<String> {
+        self.refused
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, e)| e.to_string())
+    }
+
     fn fetch(&mut self, name: &str) -> Option<(String, String)> {
         match self.load_path.read(name) {
             Ok(found) => Some(found),
             // No such workflow (or not a name): the front end reports the unknown call.
             Err(LookupError::NotFound { .. } | LookupError::InvalidName { .. }) => None,
             Err(e) => {
-                self.refused.push(e);
+                self.refused.push((name.to_owned(), e));
                 None
             }
         }
@@ -182,9 +261,9 @@ impl WorkflowSource for Reading<'_> {
 }
 
 /// Parses and validates `main` (display path and text, already read) and every workflow it
-/// calls, which are read from `load_path`. All problems come back at once; a called workflow
-/// whose file cannot be read or is not UTF-8 is reported by itself (its callers would only
-/// say it is unknown).
+/// calls, which are read from `load_path`. All problems come back at once; a call of a
+/// workflow whose file cannot be read, is not UTF-8 or leads out of the load path says so,
+/// and text that is not UTF-8 is also pointed at, at the offending byte.
 pub fn load_program(
     main_name: &str,
     main: (String, String),
@@ -198,13 +277,18 @@ pub fn load_program(
     };
     let (path, text) = main;
     let loaded = program::load(main_name, (path, strip_bom(text)), &mut reading, sources, schemas);
-    if reading.refused.is_empty() {
-        return loaded;
-    }
-    // Where each refused workflow is called (reported as unknown there), and why it was refused.
-    let mut diags = loaded.err().unwrap_or_default();
-    for e in reading.refused {
-        diags.extend(e.diagnostics(sources));
+    let mut diags = match loaded {
+        Ok(program) => return Ok(program),
+        Err(d) => d,
+    };
+    for (_, e) in reading.refused {
+        if let LookupError::Read {
+            source: source @ ReadError::NotUtf8(_),
+            path,
+        } = &e
+        {
+            diags.extend(source.diagnostics(&path.display().to_string(), sources));
+        }
     }
     Err(diags.sorted())
 }
@@ -426,6 +510,53 @@ mod tests {
         let linked = LoadPath::new(root.path().join("linked"));
         assert!(linked.read("real::ok").is_ok());
         assert!(matches!(linked.read("evil"), Err(LookupError::OutsideLoadPath { .. })));
+    }
+
+    /// The names on a load path are those `read` finds: valid names, in directories that are
+    /// segments, inside the load path even through links; a link back up is not followed.
+    #[cfg(unix)]
+    #[test]
+    fn lists_the_names_read_would_find() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("workflows");
+        for f in [
+            "top.yaml",
+            "short.yml",
+            "net/vpc.yaml",
+            "net/deep/zone.yaml",
+            "my file.yaml",
+            "a.b.yaml",
+            ".hidden/x.yaml",
+            "notes.txt",
+        ] {
+            let path = dir.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "steps: {}\n").unwrap();
+        }
+        std::fs::create_dir_all(dir.join("empty.yaml")).unwrap();
+        std::fs::write(root.path().join("secret.yaml"), "steps: {}\n").unwrap();
+        std::os::unix::fs::symlink(root.path().join("secret.yaml"), dir.join("evil.yaml")).unwrap();
+        std::os::unix::fs::symlink(root.path(), dir.join("up")).unwrap();
+        std::os::unix::fs::symlink(dir.join("net"), dir.join("alias")).unwrap();
+        std::os::unix::fs::symlink(&dir, dir.join("net/loop")).unwrap();
+        let lp = LoadPath::new(&dir);
+        let names = lp.names();
+        // Not through the loop (`net::loop::top` reads too, but there are endless such names).
+        assert_eq!(
+            names,
+            [
+                "alias::deep::zone",
+                "alias::vpc",
+                "net::deep::zone",
+                "net::vpc",
+                "short",
+                "top"
+            ]
+        );
+        for name in &names {
+            assert!(lp.read(name).is_ok(), "{name}");
+        }
+        assert!(LoadPath::new(root.path().join("nothing")).names().is_empty());
     }
 
     #[test]

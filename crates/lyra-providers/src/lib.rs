@@ -119,13 +119,14 @@ mod tests {
         for name in providers.schemas().names() {
             let schema = providers.schemas().get(name).expect("a listed type");
             out.push_str(&format!(
-                "### `{name}`\n\n| attribute | type | provided | immutable | sensitive |\n| --- | --- | --- | --- | --- |\n"
+                "### `{name}`\n\n| attribute | type | provided | computed | immutable | sensitive |\n| --- | --- | --- | --- | --- | --- |\n"
             ));
             for a in &schema.attributes {
                 let cells = [
                     format!("`{}`", a.name),
                     format!("`{}`", a.ty),
                     mark(a.provided).to_owned(),
+                    mark(a.computed).to_owned(),
                     mark(a.immutable).to_owned(),
                     mark(a.sensitive || a.ty.is_sensitive()).to_owned(),
                 ];

@@ -94,12 +94,12 @@ fn assert_no_secret(cluster: &Cluster, stage: &str) {
 fn the_controller_never_writes_a_secret_to_status_events_or_logs() {
     let cluster = cluster_or_skip!();
     cluster.lyra.write_workflow("vault", VAULT);
-    // The same, plus a step that fails (its error quotes the value it refused: not a secret
-    // here; errors that echo a secret are masked by the engine's report, which is all the
-    // controller writes from).
+    // The same, plus a step that fails with an error quoting the value it refused: the
+    // password, which is no duration. The engine scrubs it from its report, which is all
+    // the controller writes from.
     cluster.lyra.write_workflow(
         "bad",
-        &format!("{VAULT}  wait:\n    resource: Time::Sleep\n    value:\n      create_duration: $size\n"),
+        &format!("{VAULT}  wait:\n    resource: Time::Sleep\n    value:\n      create_duration: $password\n"),
     );
     let _controller = cluster.controller_logging("c1", &[], "debug");
 
@@ -124,10 +124,22 @@ fn the_controller_never_writes_a_secret_to_status_events_or_logs() {
     let failed = cluster.wait_until_status("vault", Duration::from_secs(90), |wf| {
         wf["status"]["observedGeneration"] == 3 && wf["status"]["phase"] == "Failed"
     });
+    // The error is there, with the secret masked where it was quoted.
     assert!(
         failed["status"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("'2G' is not a duration")),
+            .is_some_and(|m| m.contains("'(sensitive)' is not a duration")),
+        "{failed:#}"
+    );
+    let wait = failed["status"]["steps"]
+        .as_array()
+        .and_then(|steps| steps.iter().find(|s| s["name"] == "wait"))
+        .unwrap_or_else(|| panic!("no row for the step 'wait': {failed:#}"));
+    assert_eq!(wait["state"], "failed", "{failed:#}");
+    assert!(
+        wait["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("'(sensitive)' is not a duration")),
         "{failed:#}"
     );
     assert_no_secret(&cluster, "after a failed update");

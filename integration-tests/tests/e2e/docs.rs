@@ -8,7 +8,9 @@
 //!   is its stderr, exactly;
 //! - `plan` / `apply`: a valid workflow that `lyra plan` / `lyra apply` runs successfully; a
 //!   ```text block right after it is its stdout, exactly;
-//! - `plan-error`: a valid workflow that `lyra plan` rejects; the ```text block is its stderr;
+//! - `plan-error`: a valid workflow that `lyra plan` rejects or fails; the ```text block is its
+//!   output, stdout then stderr (a plan with failed steps is on stdout, a rejected input on
+//!   stderr);
 //! - `apply-error`: a valid workflow whose `lyra apply` fails; the ```text block is its stderr,
 //!   compared line by line in any order (steps finish concurrently), without the timing of the
 //!   summary line;
@@ -275,7 +277,7 @@ fn check(lyra: &Lyra, shared: &BTreeMap<String, String>, ex: &Example) -> Option
             let same = if ex.mode == Mode::ApplyError {
                 apply_lines(&run.stderr) == apply_lines(e)
             } else {
-                normalize(&run.stderr) == normalize(e)
+                normalize(&format!("{}{}", run.stdout, run.stderr)) == normalize(e)
             };
             (run.code == Some(1), same)
         }

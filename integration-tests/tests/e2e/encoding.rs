@@ -66,8 +66,12 @@ fn not_utf8(lyra: &Lyra, args: &[&str], at: &str, offset: usize) {
     run.expect_code(1);
     let doc = run.json();
     let error = if doc["error"].is_object() { &doc["error"] } else { &doc };
-    let d = &error["diagnostics"][0];
     let (file, rest) = at.split_once(':').expect("file:line:col");
+    // The one about that file (a caller's call of it may come first).
+    let d = error["diagnostics"]
+        .as_array()
+        .and_then(|all| all.iter().find(|d| d["file"] == file))
+        .unwrap_or_else(|| panic!("no diagnostic about {file}: {doc:#}"));
     let (line, col) = rest.split_once(':').expect("line:col");
     assert_eq!(d["file"], file, "{doc:#}");
     assert_eq!(d["line"].to_string(), line, "{doc:#}");
@@ -95,6 +99,9 @@ fn bytes_that_are_not_utf8_are_input_errors_at_the_byte() {
     not_utf8(&lyra, &["apply", "caller"], "workflows/latin.yaml:3:35", 51);
     let run = lyra.run(&["apply", "caller"]);
     assert!(!run.stderr.contains("not a known workflow"), "{run}");
+    run.expect_stderr(&[
+        "step 'c' calls 'latin', which cannot be loaded: cannot read workflows/latin.yaml: not valid UTF-8",
+    ]);
 
     // Data files, given or default.
     lyra.write("workflows/ok.yaml", HELPER);
