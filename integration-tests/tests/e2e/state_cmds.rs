@@ -48,7 +48,7 @@ fn state_show_and_list_json_have_the_stable_shape() {
     let shown = lyra.state("web");
     assert_eq!(
         keys(&shown),
-        ["deployment", "lease", "resources", "workflow"],
+        ["deployment", "lease", "resources", "unreadable", "workflow"],
         "{shown:#}"
     );
     assert_eq!(shown["deployment"], "web");
