@@ -27,6 +27,7 @@ mod e2e {
     mod failures;
     mod fuzz;
     mod guards;
+    mod hostile_urls;
     mod json_output;
     mod kube_concurrency;
     mod kube_emulator;

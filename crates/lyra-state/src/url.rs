@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 
 use crate::error::Error;
-use crate::redact::{is_keyword_dsn, is_scheme};
+use crate::redact::{LIBPQ_KEYWORDS, is_keyword_dsn, is_scheme, misspelt};
 use crate::sqlite::{SqliteOptions, Synchronous};
 
 /// The query parameters sqlx's Postgres driver understands (besides Lyra's `schema`). Others
 /// are refused: sqlx would log and ignore them, value included (a misspelt `password=` would
 /// land in the logs).
-const POSTGRES_PARAMETERS: &[&str] = &[
+pub(crate) const POSTGRES_PARAMETERS: &[&str] = &[
     "sslmode",
     "ssl-mode",
     "sslrootcert",
@@ -115,9 +115,18 @@ fn parse_postgres(url: &str) -> Result<StoreUrl, Error> {
         Some((base, query)) => (base, query),
         None => (url, ""),
     };
+    if query.contains('@') || query.contains('#') {
+        // The authority ended early: a `?` (or `&`, `#`) in the password. What follows it is
+        // a piece of the password, not parameters to name in the message.
+        return Err(Error::invalid_url(
+            url,
+            "'@' or '#' after the '?': a password containing '?', '&', '#' or '/' must be \
+             percent-encoded (or given in PGPASSWORD or ~/.pgpass)",
+        ));
+    }
     let mut schema = None;
     let mut rest = Vec::new();
-    for param in query.split('&').filter(|p| !p.is_empty()) {
+    for (n, param) in query.split('&').filter(|p| !p.is_empty()).enumerate() {
         match param.split_once('=') {
             Some(("schema", name)) => {
                 if !is_schema_name(name) {
@@ -133,12 +142,25 @@ fn parse_postgres(url: &str) -> Result<StoreUrl, Error> {
             }
             Some((key, _)) if is_postgres_parameter(key) => rest.push(param),
             _ => {
-                // The name only: the value could be a secret.
+                // Never the value, which could be a secret; and the name only when it is a
+                // connection keyword: otherwise it may be the rest of a password whose `&`
+                // was not percent-encoded (`password=hun&ter2`).
                 let name = param.split_once('=').map_or(param, |(k, _)| k);
+                let which = if LIBPQ_KEYWORDS.contains(&name) {
+                    format!("unknown parameter {name:?}")
+                } else if let Some(near) = misspelt(name) {
+                    format!("unknown parameter {name:?} (did you mean {near:?}?)")
+                } else {
+                    format!(
+                        "parameter {} of the query is unknown (its name is not shown: it may be \
+                         part of a password, whose '&' must be percent-encoded)",
+                        n + 1
+                    )
+                };
                 return Err(Error::invalid_url(
                     url,
                     &format!(
-                        "unknown parameter {name:?} (supported: schema, {}, options[NAME])",
+                        "{which} (supported: schema, {}, options[NAME])",
                         POSTGRES_PARAMETERS.join(", ")
                     ),
                 ));
@@ -247,6 +269,12 @@ mod tests {
             "postgres://h/db?password=hunter2&schema=Bad",
             "postgres://h/db?sslpassword=hunter2",
             "postgres://h/db?pasword=hunter2",
+            "postgres://u:hun?ter2@h/db",
+            "postgres://u:hunter2?x@h/db",
+            "postgres://u@h/db?password=hun&hunter2",
+            "postgres://u@h/db?password=hun&hunter2=x",
+            "postgres://u@h/db?password=hun#hunter2",
+            "postgres:/u:hunter2@h/db",
             "postgress://u:hunter2@h/db",
             "mysql://u:hunter2@h/db",
             "sqlite:s.db?password=hunter2",
@@ -265,6 +293,16 @@ mod tests {
         );
         let message = StoreUrl::parse("postgres://h/db?sslpasword=x").unwrap_err().to_string();
         assert!(message.contains("unknown parameter \"sslpasword\""), "{message}");
+        let message = StoreUrl::parse("postgres://h/db?connect_timeout=5")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("unknown parameter \"connect_timeout\""), "{message}");
+        // Not a keyword, nor a misspelt one: maybe the rest of a password (`password=a&b`).
+        let message = StoreUrl::parse("postgres://h/db?password=a&ter2")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("parameter 2 of the query is unknown"), "{message}");
+        assert!(!message.contains("ter2"), "{message}");
     }
 
     #[test]
