@@ -192,7 +192,9 @@ fn connections_terminated_mid_run_lose_nothing() {
     const N: usize = 40;
     let pg = pg_or_skip!();
     let lyra = Lyra::new().with_state(&pg.url);
-    lyra.write_workflow("fleet", &sleepy_fleet_workflow(N, "60ms"));
+    // At least 2.5 s of steps, so several rounds of cuts land mid-run even when each psql
+    // round trip is slow on a loaded machine.
+    lyra.write_workflow("fleet", &sleepy_fleet_workflow(N, "250ms"));
     lyra.init_state();
     let mut child = lyra.spawn("apply", &["apply", "fleet", "--concurrency", "4", "-o", "json"]);
     // Only this apply's connections: lyra names them after its process id.
