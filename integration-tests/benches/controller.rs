@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use integration_tests::cluster::{free_port, http_get, metric_sum};
-use integration_tests::kube_emulator::KubeEmulator;
 use integration_tests::postgres::{Schema, available};
 use integration_tests::{controller_bin, lyra_bin};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
+use kube_emulator::KubeEmulator;
 
 const STEPS: usize = 10;
 

@@ -6,10 +6,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::kube_emulator::BlockingKubeEmulator;
-use crate::kube_emulator::kubectl::{Kubectl, kubectl_or_skip};
+use crate::kubectl::{Kubectl, kubectl_or_skip};
 use crate::postgres::Schema;
 use crate::{Lyra, Value, controller_bin, wait_until};
+use kube_emulator::BlockingKubeEmulator;
 
 /// `let cluster = cluster_or_skip!();`: a running installation, or return from the test (skip).
 #[macro_export]

@@ -15,7 +15,7 @@
 //! unless `CI=true`, where a missing corpus fails them.
 
 pub mod cluster;
-pub mod kube_emulator;
+pub mod kubectl;
 pub mod postgres;
 
 use std::fmt;

@@ -1,22 +1,36 @@
-//! A stateful Kubernetes API server emulator for end-to-end tests, driven by the real `kubectl`
-//! and by kube-rs (no real apiserver can run on the project's machines; see
-//! `shared/docs/kube-api-emulator.md` for the measured client contract).
+//! A stateful Kubernetes API server emulator for tests, driven by the real `kubectl` and by
+//! kube-rs. No real apiserver (kube-apiserver, k3s, kind, envtest) can run on the project's
+//! machines; `shared/docs/kube-api-emulator.md` records the client contract this serves:
+//! every endpoint, header and content type kubectl 1.32 and kube-rs send.
 //!
 //! [`KubeEmulator::start`] serves plain HTTP on 127.0.0.1 (port 0 by default) and writes a
 //! kubeconfig pointing at itself; [`BlockingKubeEmulator`] does the same for synchronous
-//! tests. The `kube-emulator` binary runs one for people.
+//! tests. The `kube-emulator` binary runs one for people (`--port`, `--kubeconfig`,
+//! `--event-log-capacity`) until Ctrl-C or SIGTERM.
 //!
 //! ```no_run
-//! use integration_tests::kube_emulator::BlockingKubeEmulator;
-//! use integration_tests::kube_emulator::kubectl::{Kubectl, kubectl_or_skip};
+//! use std::process::Command;
 //!
-//! let Some(bin) = kubectl_or_skip("my_test") else { return };
-//! let emu = BlockingKubeEmulator::start().unwrap();
-//! let kubectl = Kubectl::new(bin, emu.kubeconfig_path()); // fresh KUBECACHEDIR
-//! assert!(kubectl.ok(&["get", "namespaces", "-o", "name"]).contains("namespace/default"));
+//! use kube_emulator::BlockingKubeEmulator;
+//!
+//! let emu = BlockingKubeEmulator::start()?;
+//! // kubectl caches discovery per host:port for hours, and a port is reused by the next
+//! // emulator: give each one a cache of its own.
+//! let cache = tempfile::tempdir()?;
+//! let out = Command::new("kubectl")
+//!     .args(["get", "namespaces", "-o", "name"])
+//!     .env("KUBECONFIG", emu.kubeconfig_path())
+//!     .env("KUBECACHEDIR", cache.path())
+//!     .output()?;
+//! assert!(String::from_utf8_lossy(&out.stdout).contains("namespace/default"));
 //! // kube-rs: `kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(path)?, ..)`, or
 //! // `KubeEmulator::start().await` inside a tokio test.
+//! # Ok::<(), std::io::Error>(())
 //! ```
+//!
+//! The whole cluster lives in memory behind one lock. What a write means is decided in
+//! [`objects`], independent of HTTP; the HTTP side (routing, discovery, watches) parses
+//! requests and renders answers. The crate depends on no lyra crate.
 //!
 //! # What it does
 //! - Discovery (`/api`, `/apis`, group and group-version documents, `/version`) and the tiny
@@ -68,7 +82,6 @@ mod crd;
 pub mod errors;
 mod events;
 mod jsonpath;
-pub mod kubectl;
 pub mod objects;
 mod protobuf;
 pub mod registry;

@@ -9,10 +9,10 @@ use base64::Engine as _;
 use regex::Regex;
 use serde_json::{Map, Value, json};
 
-use super::crd;
-use super::errors::{ApiError, FieldError};
-use super::registry::{Registry, ResourceType, Special};
-use super::store::Store;
+use crate::crd;
+use crate::errors::{ApiError, FieldError};
+use crate::registry::{Registry, ResourceType, Special};
+use crate::store::Store;
 
 /// The most bytes all of an object's annotations may hold, keys included (the apiserver's
 /// `TotalAnnotationSizeLimitB`). kubectl's client-side apply copies the whole object into its
@@ -254,7 +254,7 @@ impl State {
             return Err(ApiError::not_found("", "namespaces", ns));
         };
         if obj["metadata"].get("deletionTimestamp").is_some() {
-            let what = super::errors::qualified_resource(&rt.group, &rt.plural);
+            let what = crate::errors::qualified_resource(&rt.group, &rt.plural);
             return Err(ApiError::new(
                 403,
                 "Forbidden",
@@ -310,7 +310,7 @@ impl State {
             Special::None => {}
         }
         if rt.group == "events.k8s.io" {
-            errs.extend(super::events::validate_events_v1(obj, old));
+            errs.extend(crate::events::validate_events_v1(obj, old));
         }
         if let Some(schema) = rt.version(version).and_then(|v| v.schema.clone()) {
             let unknown = schema.prune(obj, true);
@@ -744,7 +744,7 @@ impl State {
                     .pointer("/spec/names/plural")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                let kind_id = super::errors::qualified_resource(group, plural);
+                let kind_id = crate::errors::qualified_resource(group, plural);
                 self.registry.remove(&kind_id);
                 for obj in self.store.all_of(&kind_id) {
                     self.store.remove(&kind_id, (*obj).clone());
@@ -812,7 +812,7 @@ impl State {
                 continue;
             }
             if let Some(t) = self.registry.by_id(&id) {
-                let (ns, name) = super::store::key_of(&dependent);
+                let (ns, name) = crate::store::key_of(&dependent);
                 let _ = self.delete(&t, &ns, &name, &DeleteOptions::default(), false);
             }
         }

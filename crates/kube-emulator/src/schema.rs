@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use super::errors::{FieldError, FieldErrorKind};
+use crate::errors::{FieldError, FieldErrorKind};
 
 /// The ObjectMeta fields a client may send; anything else under `metadata` is pruned.
 const OBJECT_META_FIELDS: &[&str] = &[
@@ -283,7 +283,7 @@ impl Schema {
             errs.push(FieldError {
                 kind: FieldErrorKind::NotSupported(allowed.clone()),
                 field: shown.to_string(),
-                value: super::errors::show_value(v),
+                value: crate::errors::show_value(v),
                 detail: String::new(),
             });
         }
@@ -336,7 +336,7 @@ impl Schema {
                 errs.push(FieldError {
                     kind: FieldErrorKind::TooLong(max),
                     field: shown.to_string(),
-                    value: super::errors::show_value(v),
+                    value: crate::errors::show_value(v),
                     detail: String::new(),
                 });
             }

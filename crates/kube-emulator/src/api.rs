@@ -13,13 +13,13 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::Shared;
-use super::errors::ApiError;
-use super::objects::{DeleteOptions, FieldValidation, PatchKind, Subresource, WriteOptions, Written};
-use super::registry::ResourceType;
-use super::selectors::{FieldSelector, LabelSelector};
-use super::table::{self, IncludeObject};
-use super::watch::{self, Rendering, WatchSpec};
+use crate::Shared;
+use crate::errors::ApiError;
+use crate::objects::{DeleteOptions, FieldValidation, PatchKind, Subresource, WriteOptions, Written};
+use crate::registry::ResourceType;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::table::{self, IncludeObject};
+use crate::watch::{self, Rendering, WatchSpec};
 
 /// The apiserver's `MaxRequestBodyBytes`: bodies over 3 MiB are refused before decoding.
 pub const REQUEST_BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -106,7 +106,7 @@ fn route(
         .unwrap_or_default();
     let parse_body = || {
         if content_type.contains("protobuf") {
-            super::protobuf::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))
+            crate::protobuf::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))
         } else {
             parse_json(body)
         }
@@ -152,7 +152,7 @@ fn route(
 }
 
 /// Discovery and OpenAPI documents, or `None` for any other path.
-fn discovery(reg: &super::registry::Registry, segments: &[&str]) -> Option<Result<Value, ApiError>> {
+fn discovery(reg: &crate::registry::Registry, segments: &[&str]) -> Option<Result<Value, ApiError>> {
     let found = |v: Option<Value>| Some(v.ok_or_else(ApiError::no_such_path));
     match segments {
         ["version"] => Some(Ok(version_doc())),
@@ -223,7 +223,7 @@ fn parse_target(shared: &Shared, group: &str, version: &str, rest: &[&str]) -> R
     let sub = match sub {
         None => Subresource::Main,
         Some("status") if rt.status_subresource => Subresource::Status,
-        Some("finalize") if rt.special == super::registry::Special::Namespace => Subresource::Main,
+        Some("finalize") if rt.special == crate::registry::Special::Namespace => Subresource::Main,
         Some(_) => return Err(ApiError::no_such_path()),
     };
     Ok(Target {
@@ -361,7 +361,7 @@ fn list(shared: &Shared, t: &Target, params: &Params, headers: &HeaderMap) -> Re
             _ => state
                 .store
                 .list(&id, ns)
-                .filter(|o| after.as_ref().is_none_or(|a| super::store::key_of(o) > *a))
+                .filter(|o| after.as_ref().is_none_or(|a| crate::store::key_of(o) > *a))
                 .map(|o| t.rt.view(o))
                 .filter(selected)
                 .collect(),
@@ -374,7 +374,7 @@ fn list(shared: &Shared, t: &Target, params: &Params, headers: &HeaderMap) -> Re
     {
         let remaining = items.len() - limit;
         items.truncate(limit);
-        let (ns, name) = super::store::key_of(items.last().expect("limit > 0"));
+        let (ns, name) = crate::store::key_of(items.last().expect("limit > 0"));
         meta["continue"] = json!(encode_continue(&ns, &name));
         meta["remainingItemCount"] = json!(remaining);
     }
@@ -466,7 +466,7 @@ fn delete_collection(
             .list(&id, t.namespace.as_deref())
             .map(|o| t.rt.view(o))
             .filter(|o| labels.matches(o) && fields.matches(o))
-            .map(|o| super::store::key_of(&o))
+            .map(|o| crate::store::key_of(&o))
             .collect();
         let mut deleted = Vec::new();
         for (ns, name) in keys {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::errors::{ApiError, FieldError};
-use super::schema::Schema;
-use super::table::Column;
+use crate::errors::{ApiError, FieldError};
+use crate::schema::Schema;
+use crate::table::Column;
 
 /// What a kind needs beyond plain storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub struct ResourceType {
 impl ResourceType {
     /// The store key: `workflows.lyra.example.com`, `configmaps`.
     pub fn id(&self) -> String {
-        super::errors::qualified_resource(&self.group, &self.plural)
+        crate::errors::qualified_resource(&self.group, &self.plural)
     }
 
     /// The store key its objects live under (another kind's, for a view of that kind).
@@ -79,7 +79,7 @@ impl ResourceType {
     pub fn view(&self, stored: &Arc<Value>) -> Arc<Value> {
         match self.storage {
             Storage::Own => stored.clone(),
-            Storage::CoreEvents => Arc::new(super::events::to_events_v1(stored)),
+            Storage::CoreEvents => Arc::new(crate::events::to_events_v1(stored)),
         }
     }
 
@@ -87,7 +87,7 @@ impl ResourceType {
     pub fn to_storage(&self, obj: Value) -> Value {
         match self.storage {
             Storage::Own => obj,
-            Storage::CoreEvents => super::events::to_core(&obj),
+            Storage::CoreEvents => crate::events::to_core(&obj),
         }
     }
 
@@ -368,7 +368,7 @@ fn builtin(
 }
 
 fn builtin_types() -> Vec<ResourceType> {
-    use super::table::Column as C;
+    use crate::table::Column as C;
     let mut ns = builtin(
         "",
         "v1",
