@@ -51,7 +51,9 @@
 //!   `timeoutSeconds`, `sendInitialEvents` and selector-aware ADDED/DELETED transitions.
 //! - CRD schemas: pruning (`x-kubernetes-preserve-unknown-fields` respected; `fieldValidation=
 //!   Strict` turns unknown fields into 400, `Warn` into `Warning` headers), defaults, and
-//!   validation (see [`schema`]) with field paths in `422 Invalid` errors.
+//!   validation with field paths in `422 Invalid` errors: `type` (with `nullable` and
+//!   `x-kubernetes-int-or-string`), `required`, `enum`, bounds, `pattern`, lengths, item and
+//!   property counts, `allOf`/`anyOf`/`oneOf`/`not`.
 //! - Background ownerReference garbage collection when an owner is deleted.
 //! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
 //!   `RequestEntityTooLarge`), annotations over 256 KiB in all (422 on `metadata.annotations`,
@@ -62,7 +64,8 @@
 //!
 //! # What it does not do
 //! - No authentication, authorization (RBAC), TLS, admission webhooks, ValidatingAdmission
-//!   policies, CEL rules (`x-kubernetes-validations`), or schema validation of built-in kinds.
+//!   policies, CEL rules (`x-kubernetes-validations`), or schema validation of built-in kinds;
+//!   CRD schemas ignore `format`, `uniqueItems` and list-type uniqueness.
 //! - No conversion: versions of a CRD differ only in `apiVersion` (`conversion: None`); the
 //!   status subresource is on for all versions if any version declares it.
 //! - Server-side apply is create-or-merge: no `managedFields`, no field ownership or conflicts,
@@ -79,16 +82,16 @@
 
 mod api;
 mod crd;
-pub mod errors;
+mod errors;
 mod events;
 mod jsonpath;
-pub mod objects;
+mod objects;
 mod protobuf;
-pub mod registry;
-pub mod schema;
-pub mod selectors;
-pub mod store;
-pub mod table;
+mod registry;
+mod schema;
+mod selectors;
+mod store;
+mod table;
 mod watch;
 
 use std::io;
