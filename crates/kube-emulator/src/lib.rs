@@ -81,7 +81,9 @@
 //!   discovery, no scale subresource, no YAML request bodies (kubectl and kube-rs send JSON).
 
 mod api;
+mod builtins;
 mod crd;
+mod discovery;
 mod errors;
 mod events;
 mod jsonpath;
