@@ -28,9 +28,8 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
-//! The whole cluster lives in memory behind one lock. What a write means is decided in
-//! [`objects`], independent of HTTP; the HTTP side (routing, discovery, watches) parses
-//! requests and renders answers. The crate depends on no lyra crate.
+//! The whole cluster lives in memory behind one lock, and is gone when the emulator is
+//! dropped. The crate depends on no lyra crate: it emulates Kubernetes, whatever runs on it.
 //!
 //! # What it does
 //! - Discovery (`/api`, `/apis`, group and group-version documents, `/version`) and the tiny
@@ -79,8 +78,26 @@
 //! - Protobuf only for what `kubectl create namespace|configmap|secret|serviceaccount` sends
 //!   (responses are JSON); no `/openapi/v2` (kubectl asks for it only as protobuf), no aggregated
 //!   discovery, no scale subresource, no YAML request bodies (kubectl and kube-rs send JSON).
+//!
+//! # How it is built
+//! - `server`: the listener, the state behind its lock, the kubeconfig; `blocking` runs a
+//!   server on a thread of its own.
+//! - `api`: HTTP in and out: paths, query parameters and content types parsed, writes handed to
+//!   `objects`, reads in `api::read`, answers as objects, lists, Tables or `Status` errors
+//!   (`errors`, worded as the apiserver words them). `discovery` serves the discovery, OpenAPI
+//!   and health documents, `watch` the watch streams, `protobuf` reads the few protobuf bodies
+//!   kubectl sends.
+//! - `objects`: what a write means, independent of HTTP, one concern a module (create, update,
+//!   patch, the status subresource, delete, cascades, admission, size limits). `store`: the
+//!   objects, the global resourceVersion and the event log watches replay.
+//! - `registry`: the served kinds and their versions; `builtins`: a fresh cluster's kinds;
+//!   `crd`: what a CRD makes of its kind; `schema`: CRD schemas (compiled, then prune,
+//!   defaults, validate); `events`: the `events.k8s.io` view of core Events.
+//! - `selectors`, `table`, `jsonpath`: label and field selectors, Tables from printer columns,
+//!   the JSONPath subset those columns use.
 
 mod api;
+mod blocking;
 mod builtins;
 mod crd;
 mod discovery;
@@ -92,318 +109,12 @@ mod protobuf;
 mod registry;
 mod schema;
 mod selectors;
+mod server;
 mod store;
 mod table;
 mod watch;
 
-use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+pub use blocking::BlockingKubeEmulator;
+pub use server::{Config, KubeEmulator, kubeconfig_yaml};
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::serve::ListenerExt as _;
-use tokio::sync::watch as signal;
-
-use objects::State;
-
-/// Where and how to run.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// 0 picks a free port.
-    pub port: u16,
-    /// Where to write the kubeconfig; `None` writes it into a temporary directory that lives
-    /// as long as the emulator.
-    pub kubeconfig: Option<PathBuf>,
-    /// How many events the log keeps for watches to replay.
-    pub event_log_capacity: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            port: 0,
-            kubeconfig: None,
-            event_log_capacity: 100_000,
-        }
-    }
-}
-
-/// What the HTTP handlers and watch tasks share.
-pub(crate) struct Shared {
-    state: Mutex<State>,
-    /// The latest resourceVersion, published after every write to wake watches.
-    notify: signal::Sender<u64>,
-    shutdown: signal::Sender<bool>,
-    /// Open watch streams, so tests can wait until a client is listening.
-    active_watches: AtomicUsize,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").finish_non_exhaustive()
-    }
-}
-
-impl Shared {
-    /// The state; a panic in another request must not wedge the server, so poison is ignored.
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Runs a write and wakes the watches.
-    fn write<T>(&self, f: impl FnOnce(&mut State) -> Result<T, errors::ApiError>) -> Result<T, errors::ApiError> {
-        let (result, rv) = {
-            let mut state = self.lock();
-            let result = f(&mut state);
-            (result, state.store.current_rv())
-        };
-        self.notify.send_if_modified(|current| {
-            let changed = *current != rv;
-            *current = rv;
-            changed
-        });
-        result
-    }
-}
-
-/// A running emulator. Dropping it stops the server (use [`KubeEmulator::shutdown`] to wait).
-pub struct KubeEmulator {
-    addr: SocketAddr,
-    url: String,
-    kubeconfig: PathBuf,
-    shared: Arc<Shared>,
-    server: Option<tokio::task::JoinHandle<io::Result<()>>>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl std::fmt::Debug for KubeEmulator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeEmulator")
-            .field("url", &self.url)
-            .field("kubeconfig", &self.kubeconfig)
-            .finish()
-    }
-}
-
-/// A kubeconfig for a plain-HTTP server without credentials.
-pub fn kubeconfig_yaml(url: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: kube-emulator
-  cluster:
-    server: {url}
-contexts:
-- name: kube-emulator
-  context:
-    cluster: kube-emulator
-    user: kube-emulator
-    namespace: default
-current-context: kube-emulator
-users:
-- name: kube-emulator
-  user: {{}}
-preferences: {{}}
-"
-    )
-}
-
-impl KubeEmulator {
-    /// Starts on a free port with a kubeconfig in a temporary directory.
-    pub async fn start() -> io::Result<KubeEmulator> {
-        KubeEmulator::start_with(Config::default()).await
-    }
-
-    pub async fn start_with(config: Config) -> io::Result<KubeEmulator> {
-        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, config.port)).await?;
-        let addr = listener.local_addr()?;
-        let url = format!("http://{addr}");
-        let (dir, kubeconfig) = match config.kubeconfig {
-            Some(p) => (None, p),
-            None => {
-                let dir = tempfile::Builder::new().prefix("kube-emulator").tempdir()?;
-                let p = dir.path().join("kubeconfig");
-                (Some(dir), p)
-            }
-        };
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&url))?;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(config.event_log_capacity)),
-            notify: signal::channel(0).0,
-            shutdown: signal::channel(false).0,
-            active_watches: AtomicUsize::new(0),
-        });
-        let app = Router::new()
-            .fallback(api::handle)
-            .layer(DefaultBodyLimit::max(api::REQUEST_BODY_LIMIT))
-            .with_state(shared.clone());
-        let mut stop = shared.shutdown.subscribe();
-        // Go's net/http (and so the real apiserver) disables Nagle; without that, small watch
-        // chunks meet delayed ACKs and stall for 40 ms.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
-        Ok(KubeEmulator {
-            addr,
-            url,
-            kubeconfig,
-            shared,
-            server: Some(server),
-            _dir: dir,
-        })
-    }
-
-    /// `http://127.0.0.1:<port>`.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    pub fn kubeconfig_path(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    /// The current global resourceVersion (the number of writes so far).
-    pub fn resource_version(&self) -> u64 {
-        self.shared.lock().store.current_rv()
-    }
-
-    /// How many watch streams are open now.
-    pub fn active_watches(&self) -> usize {
-        self.shared.active_watches.load(Ordering::SeqCst)
-    }
-
-    /// Stops accepting connections, ends every watch, and waits (up to 5 s) for open requests.
-    pub async fn shutdown(mut self) {
-        self.shared.shutdown.send_replace(true);
-        if let Some(server) = self.server.take()
-            && tokio::time::timeout(Duration::from_secs(5), server).await.is_err()
-        {
-            eprintln!("kube-emulator: requests still open after 5 s at shutdown");
-        }
-    }
-}
-
-impl Drop for KubeEmulator {
-    fn drop(&mut self) {
-        self.shared.shutdown.send_replace(true);
-    }
-}
-
-/// A [`KubeEmulator`] on a runtime thread of its own, for synchronous tests. Dropping it
-/// shuts the server down and joins the thread.
-#[derive(Debug)]
-pub struct BlockingKubeEmulator {
-    shared: Arc<Shared>,
-    url: String,
-    kubeconfig: PathBuf,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl BlockingKubeEmulator {
-    pub fn start() -> io::Result<BlockingKubeEmulator> {
-        BlockingKubeEmulator::start_with(Config::default())
-    }
-
-    pub fn start_with(config: Config) -> io::Result<BlockingKubeEmulator> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("kube-emulator".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    match KubeEmulator::start_with(config).await {
-                        Ok(emu) => {
-                            let info = (
-                                emu.shared.clone(),
-                                emu.url().to_string(),
-                                emu.kubeconfig_path().to_path_buf(),
-                            );
-                            let _ = ready_tx.send(Ok(info));
-                            let _ = stop_rx.await;
-                            emu.shutdown().await;
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                        }
-                    }
-                });
-            })?;
-        let (shared, url, kubeconfig) = ready_rx
-            .recv()
-            .map_err(|_| io::Error::other("the emulator thread died"))??;
-        Ok(BlockingKubeEmulator {
-            shared,
-            url,
-            kubeconfig,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
-    }
-
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// How many watch streams are open now.
-    pub fn active_watches(&self) -> usize {
-        self.shared.active_watches.load(Ordering::SeqCst)
-    }
-
-    /// Blocks until at least `n` watches are open (a kubectl `get -w` or `wait` is listening),
-    /// panicking after `timeout`.
-    pub fn wait_for_watches(&self, n: usize, timeout: Duration) {
-        let start = std::time::Instant::now();
-        while self.active_watches() < n {
-            assert!(
-                start.elapsed() < timeout,
-                "{n} watches were not opened within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Note: with `Config::kubeconfig == None` the file lives in a temporary directory owned
-    /// by the emulator thread, removed at drop.
-    pub fn kubeconfig_path(&self) -> &Path {
-        &self.kubeconfig
-    }
-}
-
-impl Drop for BlockingKubeEmulator {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+use server::Shared;
