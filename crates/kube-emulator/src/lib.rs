@@ -55,7 +55,8 @@
 //!   property counts, `allOf`/`anyOf`/`oneOf`/`not`.
 //! - Background ownerReference garbage collection when an owner is deleted.
 //! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
-//!   `RequestEntityTooLarge`), annotations over 256 KiB in all (422 on `metadata.annotations`,
+//!   `RequestEntityTooLarge`, once the body is read: up to 48 MiB, beyond that at once),
+//!   annotations over 256 KiB in all (422 on `metadata.annotations`,
 //!   which is what stops a `kubectl apply` of a large object: its last-applied annotation),
 //!   and objects over etcd's 1.5 MiB (500 `etcdserver: request is too large`, counted on the
 //!   object's JSON). `events.k8s.io/v1` writes are validated as the apiserver does (required

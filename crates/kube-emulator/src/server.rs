@@ -147,7 +147,7 @@ impl KubeEmulator {
         });
         let app = Router::new()
             .fallback(api::handle)
-            .layer(DefaultBodyLimit::max(api::REQUEST_BODY_LIMIT))
+            .layer(DefaultBodyLimit::max(api::REQUEST_BODY_READ_LIMIT))
             .with_state(shared.clone());
         let mut stop = shared.shutdown.subscribe();
         // Go's net/http (and so the real apiserver) disables Nagle; without that, small watch

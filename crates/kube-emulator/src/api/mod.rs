@@ -24,6 +24,12 @@ use crate::watch::{self, WatchSpec};
 /// The apiserver's `MaxRequestBodyBytes`: bodies over 3 MiB are refused before decoding.
 pub const REQUEST_BODY_LIMIT: usize = 3 * 1024 * 1024;
 
+/// How much of a body the server reads before it answers. A body over the limit is still
+/// read to its end (up to this), then refused: answering first and closing the connection
+/// on a client still sending makes it see a broken pipe instead of the 413 (kubectl on a
+/// busy machine does), where Go's server, the apiserver's, lingers.
+pub const REQUEST_BODY_READ_LIMIT: usize = 16 * REQUEST_BODY_LIMIT;
+
 type Params = HashMap<String, String>;
 
 fn json_response(code: StatusCode, body: &Value) -> Response {
@@ -40,6 +46,9 @@ pub async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
+        Ok(body) if body.len() > REQUEST_BODY_LIMIT => {
+            return ApiError::request_too_large(REQUEST_BODY_LIMIT).into_response();
+        }
         Ok(body) => body,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return ApiError::request_too_large(REQUEST_BODY_LIMIT).into_response();
@@ -284,4 +293,43 @@ fn delete_collection(
             "items": deleted,
         }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use super::REQUEST_BODY_LIMIT;
+    use crate::BlockingKubeEmulator;
+
+    /// A client still sending a body over the limit when the answer is ready (a loaded
+    /// kubectl) must get the 413, not a broken pipe.
+    #[test]
+    fn a_body_over_the_limit_is_read_to_its_end_and_refused() {
+        let emu = BlockingKubeEmulator::start().expect("start the emulator");
+        let host = emu.url().strip_prefix("http://").expect("plain HTTP").to_owned();
+        let body = format!(
+            "{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"k\":\"{}\"}}}}",
+            "x".repeat(REQUEST_BODY_LIMIT + 1024 * 1024)
+        );
+        let mut stream = TcpStream::connect(&host).expect("connect");
+        write!(
+            stream,
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: {host}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .expect("send the head");
+        for chunk in body.as_bytes().chunks(64 * 1024) {
+            stream.write_all(chunk).expect("the server reads the whole body");
+            // Slower than the server, as a client on a busy machine is.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut head = [0u8; 512];
+        let n = stream.read(&mut head).expect("read the answer");
+        let answer = String::from_utf8_lossy(&head[..n]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
 }
