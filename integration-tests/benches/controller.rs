@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use integration_tests::cluster::{free_port, http_get, metric_sum};
-use integration_tests::kube_emulator::KubeEmulator;
-use integration_tests::postgres::{Schema, available};
+use integration_tests::postgres::PgTestDb;
 use integration_tests::{controller_bin, lyra_bin};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
+use kube_emulator::KubeEmulator;
 
 const STEPS: usize = 10;
 
@@ -78,10 +78,11 @@ async fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join("workflows")).expect("workflows dir");
     std::fs::write(dir.path().join("workflows/ten.yaml"), ten_steps()).expect("workflow");
-    let schema = if available() { Schema::new() } else { None };
-    let state = schema
-        .as_ref()
-        .map_or_else(|| dir.path().join("state.db").display().to_string(), |s| s.url.clone());
+    let schema = PgTestDb::create("controller_bench").await;
+    let state = schema.as_ref().map_or_else(
+        || dir.path().join("state.db").display().to_string(),
+        |s| s.url().to_owned(),
+    );
 
     let emulator = KubeEmulator::start().await.expect("emulator");
     let kubeconfig = emulator.kubeconfig_path().to_path_buf();

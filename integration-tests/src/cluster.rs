@@ -6,10 +6,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::kube_emulator::BlockingKubeEmulator;
-use crate::kube_emulator::kubectl::{Kubectl, kubectl_or_skip};
-use crate::postgres::Schema;
+use crate::kubectl::{Kubectl, kubectl_or_skip};
+use crate::postgres::PgTestDb;
 use crate::{Lyra, Value, controller_bin, wait_until};
+use kube_emulator::BlockingKubeEmulator;
 
 /// `let cluster = cluster_or_skip!();`: a running installation, or return from the test (skip).
 #[macro_export]
@@ -29,7 +29,7 @@ pub struct Cluster {
     /// The CLI, running in the directory the controllers run in, on the same state.
     pub lyra: Lyra,
     pub state_url: String,
-    _schema: Option<Schema>,
+    _schema: Option<PgTestDb>,
 }
 
 /// One `lyra-controller` process; killed when dropped.
@@ -47,10 +47,10 @@ impl Cluster {
         let kubectl_bin = kubectl_or_skip(test)?;
         let emulator = BlockingKubeEmulator::start().expect("start the emulator");
         let kubectl = Kubectl::new(kubectl_bin, emulator.kubeconfig_path());
-        let schema = crate::postgres::available().then(Schema::new).flatten();
+        let schema = PgTestDb::create_blocking(test);
         let state_url = schema
             .as_ref()
-            .map_or_else(|| ".lyra/state.db".to_owned(), |s| s.url.clone());
+            .map_or_else(|| ".lyra/state.db".to_owned(), |s| s.url().to_owned());
         let lyra = Lyra::new().with_state(&state_url);
         // The CRD comes from `lyra crd`, as a user would install it.
         let crd = lyra.ok(&["crd"]).stdout;

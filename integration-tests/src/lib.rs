@@ -15,7 +15,7 @@
 //! unless `CI=true`, where a missing corpus fails them.
 
 pub mod cluster;
-pub mod kube_emulator;
+pub mod kubectl;
 pub mod postgres;
 
 use std::fmt;
@@ -82,9 +82,7 @@ fn workspace_bin(name: &str, env: &str, package: &str) -> PathBuf {
 
 /// Whether this is CI (`CI=true` or `CI=1`): there, a missing service or corpus fails the
 /// tests that need it instead of skipping them.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
+pub use lyra_state::testing::in_ci;
 
 /// The compatibility corpus, or `None` (after saying why) when it is missing outside CI.
 pub fn compat_dir() -> Option<PathBuf> {

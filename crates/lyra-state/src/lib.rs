@@ -28,7 +28,7 @@ mod url;
 #[cfg(any(test, feature = "conformance"))]
 #[doc(hidden)]
 pub mod conformance;
-#[cfg(any(test, feature = "conformance"))]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(test)]
 mod tests;

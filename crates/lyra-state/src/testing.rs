@@ -1,4 +1,6 @@
-//! Test helpers for other crates (feature `conformance`): a throw-away Postgres schema.
+//! Test helpers for this crate's tests and other crates' (feature `testing`): a throw-away
+//! Postgres schema per test, the workspace's one such helper. The end-to-end tests use it too
+//! (through `integration_tests::pg_or_skip!`), synchronously.
 //!
 //! ```ignore
 //! let Some(db) = lyra_state::testing::PgTestDb::create("my_test").await else { return };
@@ -18,7 +20,8 @@ pub fn postgres_url() -> String {
     std::env::var("LYRA_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
 }
 
-/// Whether tests run in CI (`CI=true`), where skipping the Postgres tests is a failure.
+/// Whether tests run in CI (`CI=true` or `CI=1`), where a test that would skip for want of a
+/// service (Postgres, kubectl) or data fails instead.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
@@ -38,12 +41,23 @@ impl PgTestDb {
     /// test should return.
     pub async fn create(name: &str) -> Option<PgTestDb> {
         let base = postgres_url();
-        let conn = match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&base)).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return unreachable_server(name, &e.to_string()),
-            Err(_) => return unreachable_server(name, "timed out connecting"),
-        };
-        let _ = conn.close().await;
+        match reachable(&base).await {
+            Ok(()) => Some(PgTestDb::new(name, base)),
+            Err(e) => unreachable_server(name, &e),
+        }
+    }
+
+    /// [`PgTestDb::create`] for tests without a runtime.
+    pub fn create_blocking(name: &str) -> Option<PgTestDb> {
+        let base = postgres_url();
+        let probe = base.clone();
+        match on_own_runtime(async move { reachable(&probe).await }) {
+            Ok(()) => Some(PgTestDb::new(name, base)),
+            Err(e) => unreachable_server(name, &e),
+        }
+    }
+
+    fn new(name: &str, base: String) -> PgTestDb {
         let tag: String = name
             .chars()
             .map(|c| {
@@ -58,7 +72,7 @@ impl PgTestDb {
         let schema = format!("lyra_t_{tag}_{:012x}", rand::random::<u64>() >> 16);
         let separator = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{separator}schema={schema}");
-        Some(PgTestDb { base, schema, url })
+        PgTestDb { base, schema, url }
     }
 
     /// The store URL (`…?schema=NAME`); the store creates the schema when it first connects.
@@ -77,6 +91,18 @@ impl PgTestDb {
     }
 }
 
+/// Whether the server accepts a connection (within 5 s).
+async fn reachable(base: &str) -> Result<(), String> {
+    match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(base)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out connecting".to_owned()),
+    }
+}
+
 fn unreachable_server(name: &str, error: &str) -> Option<PgTestDb> {
     let url = crate::redact_url(&postgres_url());
     if in_ci() {
@@ -86,32 +112,35 @@ fn unreachable_server(name: &str, error: &str) -> Option<PgTestDb> {
     None
 }
 
+/// Runs `task` on a thread and runtime of its own: the caller may be inside a runtime (where
+/// blocking on another would panic), outside any, or unwinding from a panic.
+fn on_own_runtime(task: impl Future<Output = Result<(), String>> + Send + 'static) -> Result<(), String> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(task)
+    })
+    .join()
+    .unwrap_or_else(|_| Err("its thread panicked".to_owned()))
+}
+
 impl Drop for PgTestDb {
     fn drop(&mut self) {
-        // On its own thread and runtime: this may run inside (or after) the test's runtime,
-        // during a panic too.
         let base = self.base.clone();
         let schema = self.schema.clone();
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            runtime.block_on(async {
-                let mut conn = PgConnection::connect(&base).await?;
-                // `schema` is our own generated identifier.
-                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
-                    .execute(&mut conn)
-                    .await?;
-                conn.close().await
-            })?;
-            Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("could not drop test schema {}: {e}", self.schema),
-            Err(_) => eprintln!(
-                "could not drop test schema {}: the dropping thread panicked",
-                self.schema
-            ),
+        let dropped = on_own_runtime(async move {
+            let mut conn = PgConnection::connect(&base).await.map_err(|e| e.to_string())?;
+            // `schema` is our own generated identifier.
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+                .execute(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            conn.close().await.map_err(|e| e.to_string())
+        });
+        if let Err(e) = dropped {
+            eprintln!("could not drop test schema {}: {e}", self.schema);
         }
     }
 }

@@ -104,7 +104,7 @@ fn two_state_files_with_one_deployment_name_share_nothing() {
 fn two_postgres_schemas_with_one_deployment_name_share_nothing() {
     let one = pg_or_skip!();
     let two = pg_or_skip!();
-    stores_are_independent(&Lyra::new(), &["--state", &one.url], &["--state", &two.url]);
+    stores_are_independent(&Lyra::new(), &["--state", one.url()], &["--state", two.url()]);
 }
 
 /// `state migrate` between two spellings of one store is refused (it would drop what it

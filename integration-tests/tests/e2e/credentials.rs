@@ -101,7 +101,7 @@ fn failing_state_urls_never_show_the_password() {
 #[test]
 fn migrations_never_store_the_password() {
     let pg = pg_or_skip!();
-    let secret_url = with_password(&pg.url);
+    let secret_url = with_password(pg.url());
     let lyra = Lyra::new();
     lyra.write_workflow(
         "web",
@@ -152,7 +152,7 @@ fn migrations_never_store_the_password() {
 #[test]
 fn pgpassword_keeps_the_password_out_of_the_url() {
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url).with_env("PGPASSWORD", SECRET);
+    let lyra = Lyra::new().with_state(pg.url()).with_env("PGPASSWORD", SECRET);
     lyra.write_workflow(
         "web",
         "steps:\n  vm:\n    resource: Null::Resource\n    value: {input: x}\n",
@@ -209,7 +209,7 @@ fn controller_logs_never_show_the_password() {
     let out = std::fs::File::create(&log).expect("log file");
     let mut child = Command::new(controller_bin())
         .current_dir(lyra.dir())
-        .args(["--state", &with_password(&pg.url), "--health-addr", "127.0.0.1:0"])
+        .args(["--state", &with_password(pg.url()), "--health-addr", "127.0.0.1:0"])
         .env_remove("LYRA_STATE")
         .env("KUBECONFIG", cluster.emulator.kubeconfig_path())
         .env(

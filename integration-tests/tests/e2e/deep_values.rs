@@ -6,6 +6,7 @@
 //! shapes around the limit and runs them through validate, apply and read-back on SQLite
 //! and Postgres.
 
+use integration_tests::postgres::{PgTestDb, psql};
 use integration_tests::{Lyra, Rng, Run, Value, pg_or_skip, step};
 
 const LIMIT: usize = 64;
@@ -179,9 +180,9 @@ fn values_at_the_limit_round_trip_through_every_store() {
         lyra.ok_json(&["state", "show", "d", "--state", "copy.db"])["resources"][0]["state"]["output"],
         expected
     );
-    if let Some(pg) = integration_tests::postgres::Schema::new() {
-        lyra.ok(&["state", "migrate", "--from", "copy.db", "--to", &pg.url]);
-        lyra.ok(&["state", "migrate", "--from", &pg.url, "--to", "back.db"]);
+    if let Some(pg) = PgTestDb::create_blocking("values_at_the_limit_round_trip") {
+        lyra.ok(&["state", "migrate", "--from", "copy.db", "--to", pg.url()]);
+        lyra.ok(&["state", "migrate", "--from", pg.url(), "--to", "back.db"]);
         assert_eq!(
             lyra.ok_json(&["state", "show", "d", "--state", "back.db"])["resources"][0]["state"]["output"],
             expected
@@ -219,16 +220,16 @@ fn values_at_the_limit_round_trip_through_every_store() {
 #[test]
 fn a_record_the_store_cannot_read_is_named_and_removable() {
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url);
+    let lyra = Lyra::new().with_state(pg.url());
     let wf = "steps:\n  good:\n    resource: Null::Resource\n    value: {input: 1}\n  bad:\n    resource: Null::Resource\n    value: {input: 2}\n";
     lyra.write_workflow("w", wf);
     lyra.ok(&["apply", "w"]);
     lyra.write_workflow("other", "steps:\n  x:\n    resource: Null::Resource\n");
     lyra.ok(&["apply", "other"]);
     let deep = format!("{{\"input\": {}1{}}}", "[".repeat(200), "]".repeat(200));
-    let out = pg.psql(&format!(
+    let out = psql(&format!(
         "UPDATE \"{}\".resources SET actual = '{deep}' WHERE deployment = 'w' AND step_id = 'bad'",
-        pg.name()
+        pg.schema()
     ));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
@@ -261,7 +262,7 @@ fn a_record_the_store_cannot_read_is_named_and_removable() {
         .expect_code(1)
         .expect_stderr(&["lyra state rm w bad"]);
 
-    let migrate = lyra.run(&["state", "migrate", "--from", &pg.url, "--to", "local.db"]);
+    let migrate = lyra.run(&["state", "migrate", "--from", pg.url(), "--to", "local.db"]);
     migrate.expect_code(1);
     migrate.expect_stderr(&["not migrated: w", "step 'bad'"]);
     assert!(migrate.stdout.contains("moved other"), "the rest goes on\n{migrate}");
@@ -517,6 +518,6 @@ fn fuzz_deep_and_wide_values_never_poison_a_store() {
     let sqlite = Lyra::new();
     fuzz_on(&sqlite, 0x6465_6570);
     let pg = pg_or_skip!();
-    let postgres = Lyra::new().with_state(&pg.url);
+    let postgres = Lyra::new().with_state(pg.url());
     fuzz_on(&postgres, 0x6465_6571);
 }

@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use integration_tests::kube_emulator::KubeEmulator;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
+use kube_emulator::KubeEmulator;
 use serde_json::json;
 
 const WRITERS: usize = 50;
@@ -213,7 +213,7 @@ async fn lease_takeover_is_guarded_by_the_resource_version() {
 /// watcher then relists), and `timeoutSeconds` ends a watch on time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_resource_versions_expire_and_watches_time_out() {
-    use integration_tests::kube_emulator::Config;
+    use kube_emulator::Config;
     let emu = KubeEmulator::start_with(Config {
         event_log_capacity: 5,
         ..Config::default()

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use integration_tests::Value;
-use integration_tests::kube_emulator::BlockingKubeEmulator;
-use integration_tests::kube_emulator::kubectl::{Kubectl, kubectl_or_skip};
+use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
+use kube_emulator::BlockingKubeEmulator;
 
 pub const WORKFLOW_CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1

@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use integration_tests::kube_emulator::KubeEmulator;
-use integration_tests::kube_emulator::kubectl::{Kubectl, Output, kubectl_or_skip};
+use integration_tests::kubectl::{Kubectl, Output, kubectl_or_skip};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -19,6 +18,7 @@ use kube::runtime::events::{Event as Note, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Client, CustomResource, CustomResourceExt, Resource, ResourceExt};
+use kube_emulator::KubeEmulator;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -134,7 +134,7 @@ fn sqlite_the_second_waits_with_a_lock_timeout() {
 #[test]
 fn postgres_two_applies_exactly_one_runs() {
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url);
+    let lyra = Lyra::new().with_state(pg.url());
     lyra.init_state();
     two_applies_exactly_one_runs(&lyra);
 }
@@ -142,7 +142,7 @@ fn postgres_two_applies_exactly_one_runs() {
 #[test]
 fn postgres_the_second_waits_with_a_lock_timeout() {
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url);
+    let lyra = Lyra::new().with_state(pg.url());
     lyra.init_state();
     the_second_waits_with_a_lock_timeout(&lyra);
 }
@@ -252,7 +252,7 @@ fn delete_and_state_rm_take_the_lease_too() {
 #[test]
 fn postgres_different_deployments_do_not_block_each_other() {
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url);
+    let lyra = Lyra::new().with_state(pg.url());
     slow(&lyra);
     lyra.init_state();
     let mut children: Vec<_> = (0..3)

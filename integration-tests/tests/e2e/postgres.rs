@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use integration_tests::postgres::psql;
+use integration_tests::postgres::{psql, recorded};
 use integration_tests::{Lyra, Rng, cloud_ids, count, pg_or_skip, sleepy_fleet_workflow, wait_until};
 
 /// Everything the deployment records, with no pending create left, and the cloud holds
@@ -38,7 +38,7 @@ fn assert_converged_in(lyra: &Lyra, deployment: &str, n: usize, state_args: &[&s
 #[test]
 fn lifecycle_on_postgres() {
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url);
+    let lyra = Lyra::new().with_state(pg.url());
     lyra.write_workflow("fleet", &sleepy_fleet_workflow(5, "20ms"));
     let plan = lyra.ok_json(&["plan", "fleet"]);
     assert_eq!(plan["outcome"], "succeeded");
@@ -63,14 +63,14 @@ fn migrate_moves_a_deployment_to_postgres_and_back() {
     lyra.ok(&["apply", "fleet"]);
     let before = lyra.state("fleet")["resources"].clone();
 
-    let moved = lyra.ok_json(&["state", "migrate", "--from", ".lyra/state.db", "--to", &pg.url]);
+    let moved = lyra.ok_json(&["state", "migrate", "--from", ".lyra/state.db", "--to", pg.url()]);
     assert_eq!(moved["moved"][0]["deployment"], "fleet", "{moved}");
     lyra.run(&["state", "show", "fleet"])
         .expect_code(1)
         .expect_stderr(&["no deployment 'fleet'"]);
-    let on_pg = lyra.ok_json(&["state", "show", "fleet", "--state", &pg.url]);
+    let on_pg = lyra.ok_json(&["state", "show", "fleet", "--state", pg.url()]);
     assert_eq!(on_pg["resources"], before);
-    let report = lyra.ok_json(&["apply", "fleet", "--state", &pg.url]);
+    let report = lyra.ok_json(&["apply", "fleet", "--state", pg.url()]);
     assert_eq!(
         count(&report, "unchanged"),
         8,
@@ -78,7 +78,7 @@ fn migrate_moves_a_deployment_to_postgres_and_back() {
     );
     assert_eq!(count(&report, "created"), 0);
 
-    lyra.ok(&["state", "migrate", "--from", &pg.url, "--to", "back.db"]);
+    lyra.ok(&["state", "migrate", "--from", pg.url(), "--to", "back.db"]);
     let back = lyra.ok_json(&["apply", "fleet", "--state", "back.db"]);
     assert_eq!(count(&back, "unchanged"), 8, "{back:#}");
     let history = lyra.ok_json(&["history", "fleet", "--state", "back.db"]);
@@ -91,7 +91,7 @@ fn migrate_moves_a_deployment_to_postgres_and_back() {
     // Newest first: the apply, the move back, the apply on Postgres, the move there, the first apply.
     assert_eq!(ops, ["apply", "import", "apply", "import", "apply"], "{history:#}");
     assert!(
-        !history.to_string().contains(":***@") || !pg.url.contains(':'),
+        !history.to_string().contains(":***@") || !pg.url().contains(':'),
         "no password in notes"
     );
     assert_converged_in(&lyra, "fleet", 4, &["--state", "back.db"]);
@@ -124,7 +124,7 @@ fn random_kills_during_applies_never_duplicate() {
     // 150 creates take about half a second on an idle machine.
     const N: usize = 150;
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url);
+    let lyra = Lyra::new().with_state(pg.url());
     lyra.write_workflow("fleet", &instances(N));
     let mut rng = Rng::new(0x5eed_1e55);
     let mut mid_run_kills = 0;
@@ -138,7 +138,7 @@ fn random_kills_during_applies_never_duplicate() {
         // Once the run has recorded something (however slow the machine), kill it a random
         // moment later, while creates are in flight.
         let progressed = wait_until(Duration::from_secs(30), || {
-            matches!(child.try_wait(), Ok(Some(_))) || pg.recorded(&deployment) > 0
+            matches!(child.try_wait(), Ok(Some(_))) || recorded(&pg, &deployment) > 0
         });
         assert!(progressed, "trial {trial}: the apply recorded nothing in 30s");
         std::thread::sleep(Duration::from_millis(rng.below(200) as u64));
@@ -191,7 +191,7 @@ fn random_kills_during_applies_never_duplicate() {
 fn connections_terminated_mid_run_lose_nothing() {
     const N: usize = 40;
     let pg = pg_or_skip!();
-    let lyra = Lyra::new().with_state(&pg.url);
+    let lyra = Lyra::new().with_state(pg.url());
     // At least 2.5 s of steps, so several rounds of cuts land mid-run even when each psql
     // round trip is slow on a loaded machine.
     lyra.write_workflow("fleet", &sleepy_fleet_workflow(N, "250ms"));

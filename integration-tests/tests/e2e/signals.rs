@@ -93,7 +93,7 @@ fn sqlite_second_sigterm_releases_the_lease() {
 #[test]
 fn postgres_second_ctrl_c_releases_the_lease() {
     let pg = pg_or_skip!();
-    second_signal_during_apply(&Lyra::new().with_state(&pg.url), "INT");
+    second_signal_during_apply(&Lyra::new().with_state(pg.url()), "INT");
 }
 
 #[test]

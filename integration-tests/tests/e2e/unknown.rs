@@ -80,11 +80,11 @@ fn postgres_read_only_commands_create_no_schema() {
     let pg = pg_or_skip!();
     let lyra = Lyra::new();
     lyra.write_workflow("pair", PAIR);
-    let shown = pg.url.clone();
-    nothing_is_created(&lyra, &pg.url, &shown);
+    let shown = pg.url().to_owned();
+    nothing_is_created(&lyra, pg.url(), &shown);
     let out = postgres::psql(&format!(
         "SELECT count(*) FROM pg_namespace WHERE nspname = '{}'",
-        pg.name()
+        pg.schema()
     ));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().any(|l| l.trim() == "0"), "the schema was created: {text}");
@@ -153,7 +153,7 @@ fn sqlite_unknown_deployments_exit_1_and_record_nothing() {
 #[test]
 fn postgres_unknown_deployments_exit_1_and_record_nothing() {
     let pg = pg_or_skip!();
-    unknown_deployments(&Lyra::new().with_state(&pg.url), &pg.url);
+    unknown_deployments(&Lyra::new().with_state(pg.url()), pg.url());
 }
 
 /// `state unlock D` without --force only shows the holder, and succeeds.

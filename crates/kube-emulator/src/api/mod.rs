@@ -1,31 +1,34 @@
 //! HTTP: parses the Kubernetes REST paths, query parameters and content types, and answers
-//! with discovery documents, objects, lists, Tables, watches or `Status` errors.
+//! with discovery documents, objects, lists, Tables, watches or `Status` errors. Writes go to
+//! `objects`; reads are in `read`.
+
+mod read;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::Shared;
-use super::errors::ApiError;
-use super::objects::{DeleteOptions, FieldValidation, PatchKind, Subresource, WriteOptions, Written};
-use super::registry::ResourceType;
-use super::selectors::{FieldSelector, LabelSelector};
-use super::table::{self, IncludeObject};
-use super::watch::{self, Rendering, WatchSpec};
+use crate::Shared;
+use crate::errors::ApiError;
+use crate::objects::{DeleteOptions, FieldValidation, PatchKind, Subresource, WriteOptions, Written};
+use crate::registry::ResourceType;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::watch::{self, WatchSpec};
 
 /// The apiserver's `MaxRequestBodyBytes`: bodies over 3 MiB are refused before decoding.
 pub const REQUEST_BODY_LIMIT: usize = 3 * 1024 * 1024;
 
-/// A watch without `timeoutSeconds` ends after this long (a real apiserver picks 30-60 min).
-const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How much of a body the server reads before it answers. A body over the limit is still
+/// read to its end (up to this), then refused: answering first and closing the connection
+/// on a client still sending makes it see a broken pipe instead of the 413 (kubectl on a
+/// busy machine does), where Go's server, the apiserver's, lingers.
+pub const REQUEST_BODY_READ_LIMIT: usize = 16 * REQUEST_BODY_LIMIT;
 
 type Params = HashMap<String, String>;
 
@@ -43,6 +46,9 @@ pub async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
+        Ok(body) if body.len() > REQUEST_BODY_LIMIT => {
+            return ApiError::request_too_large(REQUEST_BODY_LIMIT).into_response();
+        }
         Ok(body) => body,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return ApiError::request_too_large(REQUEST_BODY_LIMIT).into_response();
@@ -90,7 +96,7 @@ fn route(
 ) -> Result<Reply, ApiError> {
     let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     if *method == Method::GET
-        && let Some(reply) = discovery(&shared.lock().registry, &segments)
+        && let Some(reply) = crate::discovery::document(&shared.lock().registry, &segments)
     {
         return reply.map(|v| Reply::Json(StatusCode::OK, v));
     }
@@ -106,16 +112,16 @@ fn route(
         .unwrap_or_default();
     let parse_body = || {
         if content_type.contains("protobuf") {
-            super::protobuf::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))
+            crate::protobuf::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))
         } else {
             parse_json(body)
         }
     };
     let opts = write_options(params);
     match (method.as_str(), target.name.is_some()) {
-        ("GET", false) if is_true(params.get("watch")) => watch_request(shared, target, params, headers),
-        ("GET", false) => list(shared, &target, params, headers),
-        ("GET", true) => get(shared, &target, headers),
+        ("GET", false) if is_true(params.get("watch")) => read::watch_request(shared, target, params, headers),
+        ("GET", false) => read::list(shared, &target, params, headers),
+        ("GET", true) => read::get(shared, &target, headers),
         ("POST", false) => {
             let ns = target.namespace.clone().unwrap_or_default();
             if target.rt.namespaced && target.namespace.is_none() {
@@ -151,50 +157,6 @@ fn route(
     }
 }
 
-/// Discovery and OpenAPI documents, or `None` for any other path.
-fn discovery(reg: &super::registry::Registry, segments: &[&str]) -> Option<Result<Value, ApiError>> {
-    let found = |v: Option<Value>| Some(v.ok_or_else(ApiError::no_such_path));
-    match segments {
-        ["version"] => Some(Ok(version_doc())),
-        ["healthz" | "readyz" | "livez"] => Some(Ok(json!("ok"))),
-        ["api"] => Some(Ok(
-            json!({ "kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [] }),
-        )),
-        ["apis"] => Some(Ok(reg.api_group_list())),
-        ["api", "v1"] => found(reg.api_resource_list("", "v1")),
-        ["apis", g] => found(reg.api_group(g)),
-        ["apis", g, v] => found(reg.api_resource_list(g, v)),
-        ["openapi", "v3"] => {
-            let paths: serde_json::Map<String, Value> = reg
-                .openapi_paths()
-                .into_iter()
-                .map(|p| {
-                    let url = format!("/openapi/v3/{p}?hash=0");
-                    (p, json!({ "serverRelativeURL": url }))
-                })
-                .collect();
-            Some(Ok(json!({ "paths": paths })))
-        }
-        ["openapi", "v3", "api", "v1"] => found(reg.openapi_doc("", "v1")),
-        ["openapi", "v3", "apis", g, v] => found(reg.openapi_doc(g, v)),
-        _ => None,
-    }
-}
-
-fn version_doc() -> Value {
-    json!({
-        "major": "1",
-        "minor": "32",
-        "gitVersion": "v1.32.0-lyra-kube-emulator",
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2026-01-01T00:00:00Z",
-        "goVersion": "go1.23.0",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    })
-}
-
 fn parse_target(shared: &Shared, group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
     // `/api/v1/namespaces/<ns>/status` is the namespace's own status; any other
     // `namespaces/<ns>/<plural>...` is a namespaced path.
@@ -223,7 +185,7 @@ fn parse_target(shared: &Shared, group: &str, version: &str, rest: &[&str]) -> R
     let sub = match sub {
         None => Subresource::Main,
         Some("status") if rt.status_subresource => Subresource::Status,
-        Some("finalize") if rt.special == super::registry::Special::Namespace => Subresource::Main,
+        Some("finalize") if rt.special == crate::registry::Special::Namespace => Subresource::Main,
         Some(_) => return Err(ApiError::no_such_path()),
     };
     Ok(Target {
@@ -289,165 +251,10 @@ fn written(t: &Target, code: StatusCode, w: Written) -> Result<Reply, ApiError> 
     Ok(Reply::Written(code, w, served))
 }
 
-/// What the Accept header asks for.
-fn rendering(headers: &HeaderMap, params: &Params) -> Rendering {
-    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    // The first alternative the server can produce wins; JSON objects are always possible.
-    for alt in accept.split(',') {
-        if alt.contains("as=Table") {
-            return Rendering::Table(IncludeObject::from_query(
-                params.get("includeObject").map(String::as_str),
-            ));
-        }
-        if alt.contains("as=PartialObjectMetadata") {
-            return Rendering::PartialMetadata;
-        }
-        if alt.contains("json") || alt.trim().starts_with("*/*") {
-            return Rendering::Object;
-        }
-    }
-    Rendering::Object
-}
-
-fn get(shared: &Shared, t: &Target, headers: &HeaderMap) -> Result<Reply, ApiError> {
-    let (ns, name) = named(t);
-    let obj = shared.lock().get(&t.rt, &ns, &name)?;
-    let served = serve(t, &obj);
-    let body = match rendering(headers, &HashMap::new()) {
-        Rendering::Object => served,
-        Rendering::PartialMetadata => table::partial_metadata(&served),
-        Rendering::Table(include) => {
-            let columns =
-                t.rt.version(&t.version)
-                    .map(|v| v.columns.as_slice())
-                    .unwrap_or_default();
-            let rv = served["metadata"]["resourceVersion"].clone();
-            table::table(columns, &[&served], json!({ "resourceVersion": rv }), include)
-        }
-    };
-    Ok(Reply::Json(StatusCode::OK, body))
-}
-
 fn selectors(params: &Params) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(params.get("labelSelector").map_or("", String::as_str))?;
     let fields = FieldSelector::parse(params.get("fieldSelector").map_or("", String::as_str))?;
     Ok((labels, fields))
-}
-
-fn list(shared: &Shared, t: &Target, params: &Params, headers: &HeaderMap) -> Result<Reply, ApiError> {
-    let (labels, fields) = selectors(params)?;
-    let limit = params
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let after = match params.get("continue").filter(|c| !c.is_empty()) {
-        Some(token) => Some(decode_continue(token)?),
-        None => None,
-    };
-    let id = t.rt.store_id();
-    let (mut items, rv) = {
-        let state = shared.lock();
-        let ns = t.namespace.as_deref();
-        // Selectors see the requested view (`regarding.name` of an events.k8s.io Event).
-        let selected = |o: &Arc<Value>| labels.matches(o) && fields.matches(o);
-        let items: Vec<Arc<Value>> = match (fields.pinned_name(), ns) {
-            (Some(name), Some(ns)) => state
-                .store
-                .get(&id, ns, name)
-                .map(|o| t.rt.view(o))
-                .into_iter()
-                .filter(selected)
-                .collect(),
-            _ => state
-                .store
-                .list(&id, ns)
-                .filter(|o| after.as_ref().is_none_or(|a| super::store::key_of(o) > *a))
-                .map(|o| t.rt.view(o))
-                .filter(selected)
-                .collect(),
-        };
-        (items, state.store.current_rv())
-    };
-    let mut meta = json!({ "resourceVersion": rv.to_string() });
-    if let Some(limit) = limit
-        && items.len() > limit
-    {
-        let remaining = items.len() - limit;
-        items.truncate(limit);
-        let (ns, name) = super::store::key_of(items.last().expect("limit > 0"));
-        meta["continue"] = json!(encode_continue(&ns, &name));
-        meta["remainingItemCount"] = json!(remaining);
-    }
-    let served: Vec<Value> = items.iter().map(|o| serve(t, o)).collect();
-    let body = match rendering(headers, params) {
-        Rendering::Table(include) => {
-            let columns =
-                t.rt.version(&t.version)
-                    .map(|v| v.columns.as_slice())
-                    .unwrap_or_default();
-            let refs: Vec<&Value> = served.iter().collect();
-            table::table(columns, &refs, meta, include)
-        }
-        Rendering::PartialMetadata => json!({
-            "kind": "PartialObjectMetadataList",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": meta,
-            "items": served.iter().map(table::partial_metadata).collect::<Vec<_>>(),
-        }),
-        Rendering::Object => json!({
-            "kind": t.rt.list_kind,
-            "apiVersion": t.rt.api_version(&t.version),
-            "metadata": meta,
-            "items": served,
-        }),
-    };
-    Ok(Reply::Json(StatusCode::OK, body))
-}
-
-fn encode_continue(ns: &str, name: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!([ns, name]).to_string())
-}
-
-fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
-    let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .map_err(|_| bad())?;
-    let (ns, name): (String, String) = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    Ok((ns, name))
-}
-
-fn watch_request(shared: &Shared, t: Target, params: &Params, headers: &HeaderMap) -> Result<Reply, ApiError> {
-    let (labels, fields) = selectors(params)?;
-    let send_initial = is_true(params.get("sendInitialEvents"));
-    let from = match params.get("resourceVersion").map(String::as_str) {
-        None | Some("" | "0") => None,
-        Some(_) if send_initial => None,
-        Some(rv) => Some(
-            rv.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
-        ),
-    };
-    if let Some(rv) = from
-        && let Err(oldest) = shared.lock().store.events_after(rv).map(|_| ())
-    {
-        return Err(ApiError::expired(rv, oldest));
-    }
-    let timeout = params
-        .get("timeoutSeconds")
-        .and_then(|s| s.parse::<u64>().ok())
-        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
-    Ok(Reply::Watch(WatchSpec {
-        rendering: rendering(headers, params),
-        rt: t.rt,
-        version: t.version,
-        namespace: t.namespace,
-        labels,
-        fields,
-        from,
-        initial_events_bookmark: send_initial,
-        timeout,
-    }))
 }
 
 fn delete_collection(
@@ -466,7 +273,7 @@ fn delete_collection(
             .list(&id, t.namespace.as_deref())
             .map(|o| t.rt.view(o))
             .filter(|o| labels.matches(o) && fields.matches(o))
-            .map(|o| super::store::key_of(&o))
+            .map(|o| crate::store::key_of(&o))
             .collect();
         let mut deleted = Vec::new();
         for (ns, name) in keys {
@@ -486,4 +293,43 @@ fn delete_collection(
             "items": deleted,
         }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use super::REQUEST_BODY_LIMIT;
+    use crate::BlockingKubeEmulator;
+
+    /// A client still sending a body over the limit when the answer is ready (a loaded
+    /// kubectl) must get the 413, not a broken pipe.
+    #[test]
+    fn a_body_over_the_limit_is_read_to_its_end_and_refused() {
+        let emu = BlockingKubeEmulator::start().expect("start the emulator");
+        let host = emu.url().strip_prefix("http://").expect("plain HTTP").to_owned();
+        let body = format!(
+            "{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"k\":\"{}\"}}}}",
+            "x".repeat(REQUEST_BODY_LIMIT + 1024 * 1024)
+        );
+        let mut stream = TcpStream::connect(&host).expect("connect");
+        write!(
+            stream,
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: {host}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .expect("send the head");
+        for chunk in body.as_bytes().chunks(64 * 1024) {
+            stream.write_all(chunk).expect("the server reads the whole body");
+            // Slower than the server, as a client on a busy machine is.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut head = [0u8; 512];
+        let n = stream.read(&mut head).expect("read the answer");
+        let answer = String::from_utf8_lossy(&head[..n]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
 }

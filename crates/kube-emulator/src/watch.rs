@@ -14,12 +14,12 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::Shared;
-use super::errors::ApiError;
-use super::registry::ResourceType;
-use super::selectors::{FieldSelector, LabelSelector};
-use super::store::{Event, EventType};
-use super::table::{self, IncludeObject};
+use crate::Shared;
+use crate::errors::ApiError;
+use crate::registry::ResourceType;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{Event, EventType};
+use crate::table::{self, IncludeObject};
 
 /// How the client wants each event's object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

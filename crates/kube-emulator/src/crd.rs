@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::errors::FieldError;
-use super::registry::{ResourceType, Special, Storage, Version, version_priority};
-use super::schema::Schema;
-use super::table::Column;
+use crate::errors::FieldError;
+use crate::registry::{ResourceType, Special, Storage, Version, version_priority};
+use crate::schema::Schema;
+use crate::table::Column;
 
 /// Fills the defaults the apiserver fills (singular, listKind, conversion strategy).
 pub fn apply_defaults(crd: &mut Value) {
@@ -55,9 +55,9 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, Vec<FieldError>> {
     let scope = crd.pointer("/spec/scope").cloned().unwrap_or(Value::Null);
     if scope != "Namespaced" && scope != "Cluster" {
         errs.push(FieldError {
-            kind: super::errors::FieldErrorKind::NotSupported(vec![json!("Cluster"), json!("Namespaced")]),
+            kind: crate::errors::FieldErrorKind::NotSupported(vec![json!("Cluster"), json!("Namespaced")]),
             field: "spec.scope".into(),
-            value: super::errors::show_value(&scope),
+            value: crate::errors::show_value(&scope),
             detail: String::new(),
         });
     }

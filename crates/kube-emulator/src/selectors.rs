@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::errors::ApiError;
+use crate::errors::ApiError;
 
 #[derive(Debug, Clone, PartialEq)]
 enum LabelReq {

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use super::jsonpath::JsonPath;
+use crate::jsonpath::JsonPath;
 
 #[derive(Debug, Clone)]
 enum Source {
@@ -153,7 +153,7 @@ impl Column {
                     .sum();
                 json!(n)
             }
-            Source::EventLastSeen => match super::events::last_seen(obj) {
+            Source::EventLastSeen => match crate::events::last_seen(obj) {
                 Some(ts) => Value::String(age_of(ts, now)),
                 None => Value::String("<unknown>".into()),
             },

@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::errors::FieldError;
+use crate::errors::FieldError;
 
 /// `(core v1 name, events.k8s.io/v1 name)` of every field the two versions name differently;
 /// everything else (`metadata`, `reason`, `type`, `action`, `eventTime`, `series`, `related`,

@@ -1,11 +1,10 @@
-//! `kube-emulator --port N --kubeconfig PATH`: runs the Kubernetes API emulator of
-//! `integration_tests::kube_emulator` until Ctrl-C or SIGTERM, for pointing kubectl or the controller at
-//! it by hand (`KUBECONFIG=PATH kubectl get crd`).
+//! `kube-emulator --port N --kubeconfig PATH`: runs the emulator until Ctrl-C or SIGTERM, for
+//! pointing kubectl or a controller at it by hand (`KUBECONFIG=PATH kubectl get crd`).
 
 use std::path::PathBuf;
 
 use clap::Parser;
-use integration_tests::kube_emulator::{Config, KubeEmulator};
+use kube_emulator::{Config, KubeEmulator};
 
 #[derive(Debug, Parser)]
 #[command(about = "A Kubernetes API server emulator for tests (plain HTTP, no auth)")]

@@ -1,18 +1,18 @@
 //! Kubernetes API emulator benchmark: creates per second and watch event latency with 1,000
 //! objects, through kube-rs over real HTTP on loopback (client and server share the process).
 //!
-//! `cargo bench -p integration-tests --bench kube_emulator`
+//! `cargo bench -p kube-emulator --bench requests`
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use integration_tests::kube_emulator::KubeEmulator;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
+use kube_emulator::KubeEmulator;
 use serde_json::json;
 
 const OBJECTS: usize = 1000;

@@ -1,0 +1,121 @@
+//! A stateful Kubernetes API server emulator for tests, driven by the real `kubectl` and by
+//! kube-rs. No real apiserver (kube-apiserver, k3s, kind, envtest) can run on the project's
+//! machines; `shared/docs/kube-api-emulator.md` records the client contract this serves:
+//! every endpoint, header and content type kubectl 1.32 and kube-rs send.
+//!
+//! [`KubeEmulator::start`] serves plain HTTP on 127.0.0.1 (port 0 by default) and writes a
+//! kubeconfig pointing at itself; [`BlockingKubeEmulator`] does the same for synchronous
+//! tests. The `kube-emulator` binary runs one for people (`--port`, `--kubeconfig`,
+//! `--event-log-capacity`) until Ctrl-C or SIGTERM.
+//!
+//! ```no_run
+//! use std::process::Command;
+//!
+//! use kube_emulator::BlockingKubeEmulator;
+//!
+//! let emu = BlockingKubeEmulator::start()?;
+//! // kubectl caches discovery per host:port for hours, and a port is reused by the next
+//! // emulator: give each one a cache of its own.
+//! let cache = tempfile::tempdir()?;
+//! let out = Command::new("kubectl")
+//!     .args(["get", "namespaces", "-o", "name"])
+//!     .env("KUBECONFIG", emu.kubeconfig_path())
+//!     .env("KUBECACHEDIR", cache.path())
+//!     .output()?;
+//! assert!(String::from_utf8_lossy(&out.stdout).contains("namespace/default"));
+//! // kube-rs: `kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(path)?, ..)`, or
+//! // `KubeEmulator::start().await` inside a tokio test.
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! The whole cluster lives in memory behind one lock, and is gone when the emulator is
+//! dropped. The crate depends on no lyra crate: it emulates Kubernetes, whatever runs on it.
+//!
+//! # What it does
+//! - Discovery (`/api`, `/apis`, group and group-version documents, `/version`) and the tiny
+//!   `/openapi/v3` documents that make kubectl trust server-side validation.
+//! - Built-in `v1` Namespaces (with termination), ConfigMaps, Secrets (`stringData`),
+//!   ServiceAccounts (a `default` one per namespace), Events, `coordination.k8s.io/v1` Leases,
+//!   and `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
+//!   `NamesAccepted`) and drop its objects when deleted.
+//! - `events.k8s.io/v1` Events as a second view of the core Events, as on a real apiserver:
+//!   one storage in the core form, renamed fields converted on every read and write. So what
+//!   kube-rs's `Recorder` writes shows in `kubectl describe` and `kubectl get events`, and
+//!   writes, field selectors (each view's own names) and watches work through either view.
+//! - Create/get/list/update/patch (merge, JSON with `test`, apply, strategic-as-merge)/delete
+//!   with uid, generation (bumped on spec changes only), resourceVersion conflicts, the status
+//!   subresource split, finalizers and `deletionTimestamp`, `dryRun=All`, label and field
+//!   selectors, `limit`/`continue`, Tables from printer columns, standard `Status` errors.
+//! - Watches replayed from a bounded event log (`410 Expired` beyond it), with
+//!   `timeoutSeconds`, `sendInitialEvents` and selector-aware ADDED/DELETED transitions.
+//! - CRD schemas: pruning (`x-kubernetes-preserve-unknown-fields` respected; `fieldValidation=
+//!   Strict` turns unknown fields into 400, `Warn` into `Warning` headers), defaults, and
+//!   validation with field paths in `422 Invalid` errors: `type` (with `nullable` and
+//!   `x-kubernetes-int-or-string`), `required`, `enum`, bounds, `pattern`, lengths, item and
+//!   property counts, `allOf`/`anyOf`/`oneOf`/`not`.
+//! - Background ownerReference garbage collection when an owner is deleted.
+//! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
+//!   `RequestEntityTooLarge`, once the body is read: up to 48 MiB, beyond that at once),
+//!   annotations over 256 KiB in all (422 on `metadata.annotations`,
+//!   which is what stops a `kubectl apply` of a large object: its last-applied annotation),
+//!   and objects over etcd's 1.5 MiB (500 `etcdserver: request is too large`, counted on the
+//!   object's JSON). `events.k8s.io/v1` writes are validated as the apiserver does (required
+//!   fields, length limits, an immutable note).
+//!
+//! # What it does not do
+//! - No authentication, authorization (RBAC), TLS, admission webhooks, ValidatingAdmission
+//!   policies, CEL rules (`x-kubernetes-validations`), or schema validation of built-in kinds;
+//!   CRD schemas ignore `format`, `uniqueItems` and list-type uniqueness.
+//! - No conversion: versions of a CRD differ only in `apiVersion` (`conversion: None`); the
+//!   status subresource is on for all versions if any version declares it.
+//! - Server-side apply is create-or-merge: no `managedFields`, no field ownership or conflicts,
+//!   and fields missing from a later apply are not removed. Strategic merge patch is a merge
+//!   patch (lists are replaced), and CRs reject it with 415 as a real apiserver does.
+//! - `propagationPolicy: Foreground` is treated as Background; deleting a CRD drops its
+//!   objects at once, finalizers or not.
+//! - Field selectors accept any dotted path (a real apiserver allows a per-kind list);
+//!   list `resourceVersion`/`resourceVersionMatch` are ignored (lists are always current),
+//!   continue tokens are not snapshots, bookmarks are sent only after `sendInitialEvents`.
+//! - Protobuf only for what `kubectl create namespace|configmap|secret|serviceaccount` sends
+//!   (responses are JSON); no `/openapi/v2` (kubectl asks for it only as protobuf), no aggregated
+//!   discovery, no scale subresource, no YAML request bodies (kubectl and kube-rs send JSON).
+//!
+//! # How it is built
+//! - `server`: the listener, the state behind its lock, the kubeconfig; `blocking` runs a
+//!   server on a thread of its own.
+//! - `api`: HTTP in and out: paths, query parameters and content types parsed, writes handed to
+//!   `objects`, reads in `api::read`, answers as objects, lists, Tables or `Status` errors
+//!   (`errors`, worded as the apiserver words them). `discovery` serves the discovery, OpenAPI
+//!   and health documents, `watch` the watch streams, `protobuf` reads the few protobuf bodies
+//!   kubectl sends.
+//! - `objects`: what a write means, independent of HTTP, one concern a module (create, update,
+//!   patch, the status subresource, delete, cascades, admission, size limits). `store`: the
+//!   objects, the global resourceVersion and the event log watches replay.
+//! - `registry`: the served kinds and their versions; `builtins`: a fresh cluster's kinds;
+//!   `crd`: what a CRD makes of its kind; `schema`: CRD schemas (compiled, then prune,
+//!   defaults, validate); `events`: the `events.k8s.io` view of core Events.
+//! - `selectors`, `table`, `jsonpath`: label and field selectors, Tables from printer columns,
+//!   the JSONPath subset those columns use.
+
+mod api;
+mod blocking;
+mod builtins;
+mod crd;
+mod discovery;
+mod errors;
+mod events;
+mod jsonpath;
+mod objects;
+mod protobuf;
+mod registry;
+mod schema;
+mod selectors;
+mod server;
+mod store;
+mod table;
+mod watch;
+
+pub use blocking::BlockingKubeEmulator;
+pub use server::{Config, KubeEmulator, kubeconfig_yaml};
+
+use server::Shared;
