@@ -11,6 +11,9 @@
 //! The state is Postgres at `$LYRA_TEST_POSTGRES_URL` (default 127.0.0.1:5432) when reachable,
 //! in a schema of its own, else a SQLite file. `LYRA_BENCH_OBJECTS` changes the count.
 
+// A benchmark prints its table.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::process::{Command, Stdio};

@@ -14,6 +14,9 @@
 //! `<workspace>/../shared/lyra-compat`; tests that need it are skipped when it is missing,
 //! unless `CI=true`, where a missing corpus fails them.
 
+// Test helpers report skips and child output on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod cluster;
 pub mod kubectl;
 pub mod postgres;

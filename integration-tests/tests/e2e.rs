@@ -5,6 +5,9 @@
 //! they run in parallel. Tests marked `#[ignore = "BUG: ..."]` assert the correct behaviour
 //! of a known bug; run them with `cargo test -p integration-tests -- --ignored`.
 
+// Tests report skips and diagnostics on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 mod e2e {
     mod adoption;
     mod bad_input;

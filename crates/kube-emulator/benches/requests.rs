@@ -3,6 +3,9 @@
 //!
 //! `cargo bench -p kube-emulator --bench requests`
 
+// A benchmark prints its table.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

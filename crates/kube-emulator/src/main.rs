@@ -1,6 +1,9 @@
 //! `kube-emulator --port N --kubeconfig PATH`: runs the emulator until Ctrl-C or SIGTERM, for
 //! pointing kubectl or a controller at it by hand (`KUBECONFIG=PATH kubectl get crd`).
 
+// A binary: the terminal is its interface.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -36,7 +39,9 @@ async fn main() -> anyhow::Result<()> {
     );
     stopped().await?;
     eprintln!("kube-emulator: shutting down");
-    emu.shutdown().await;
+    if !emu.shutdown().await {
+        eprintln!("kube-emulator: requests still open after 5 s at shutdown");
+    }
     Ok(())
 }
 

@@ -4,6 +4,9 @@
 //! `cargo bench -p lyra-cli --bench engine` runs every scenario in its own process (so peak
 //! memory is per scenario) and prints a table. `-- --steps 1000,10000` picks sizes.
 
+// A benchmark prints its table.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};

@@ -7,6 +7,9 @@
 //! to the same database: the floor for one commit per write. Also times a lease
 //! acquire + release round trip.
 
+// A benchmark prints its table.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

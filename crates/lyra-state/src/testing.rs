@@ -8,6 +8,9 @@
 //! // ... the schema is dropped when `db` goes out of scope, panics included.
 //! ```
 
+// A test helper: says on the terminal why a Postgres test is skipped.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};

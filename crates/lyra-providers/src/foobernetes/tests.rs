@@ -1,6 +1,9 @@
 //! Tests of the Foobernetes provider against real files in temporary directories, including the
 //! original's smoke test on its file format.
 
+// Tests report skips on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

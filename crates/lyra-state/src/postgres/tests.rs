@@ -1,6 +1,9 @@
 //! Postgres-only tests: URLs and schemas, connection faults. The conformance suite runs from
 //! `src/tests.rs`.
 
+// Tests report what they measured on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,6 +1,9 @@
 //! SQLite store tests: the shared conformance suite on real files, plus what only a file can
 //! show (reopening, foreign files, two handles on one file, a writer killed mid-way).
 
+// Child processes of these tests talk to the parent over stdout.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
