@@ -11,8 +11,9 @@
 //!
 //! `cargo bench` builds the binary with the bench profile (release); the numbers of a debug
 //! binary mean nothing, so this refuses to run as a debug build (`cargo test --benches`).
+//! `LYRA_BENCH_BIN=PATH` measures another `lyra` binary instead (an older build, to compare).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ fn workflow(n: usize) -> String {
 /// redirect to a file would (its rendering is measured, the terminal is not).
 fn lyra(dir: &Path, args: &[&str]) -> Duration {
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_lyra"))
+    let out = Command::new(bin())
         .args(args)
         .current_dir(dir)
         .env_remove("LYRA_STATE")
@@ -49,6 +50,10 @@ fn lyra(dir: &Path, args: &[&str]) -> Duration {
         String::from_utf8_lossy(&out.stderr)
     );
     took
+}
+
+fn bin() -> PathBuf {
+    std::env::var_os("LYRA_BENCH_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lyra")), PathBuf::from)
 }
 
 /// One round on a fresh state: the four commands' times, in [`COMMANDS`] order.
@@ -100,7 +105,7 @@ fn main() {
     let rounds = |n: usize| -> usize {
         arg(&args, "--rounds").map_or(if n <= 1_000 { 7 } else { 3 }, |r| r.parse().expect("a number of rounds"))
     };
-    println!("lyra process benchmark: {}", env!("CARGO_BIN_EXE_lyra"));
+    println!("lyra process benchmark: {}", bin().display());
     println!(
         "{:>7}  {:>6}  {}",
         "steps",
