@@ -92,10 +92,9 @@ fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 }
 
 fn main() {
-    assert!(
-        !cfg!(debug_assertions),
-        "a debug build measures nothing useful: run `cargo bench -p lyra-cli --bench process`"
-    );
+    if cfg!(debug_assertions) {
+        panic!("a debug build measures nothing useful: run `cargo bench -p lyra-cli --bench process`");
+    }
     let args: Vec<String> = std::env::args().collect();
     let sizes: Vec<usize> = arg(&args, "--steps").map_or_else(
         || vec![1_000, 10_000, 50_000],
@@ -103,7 +102,9 @@ fn main() {
     );
     // Small sizes are noisy and cheap: more rounds.
     let rounds = |n: usize| -> usize {
-        arg(&args, "--rounds").map_or(if n <= 1_000 { 7 } else { 3 }, |r| r.parse().expect("a number of rounds"))
+        arg(&args, "--rounds").map_or(if n <= 1_000 { 7 } else { 3 }, |r| {
+            r.parse().expect("a number of rounds")
+        })
     };
     println!("lyra process benchmark: {}", bin().display());
     println!(

@@ -880,7 +880,11 @@ mod tests {
                             _ => {}
                         }
                     }
-                    assert!(deepest <= limit, "{doc:?}: bound {:?}, depth {deepest}", nesting_bound(doc));
+                    assert!(
+                        deepest <= limit,
+                        "{doc:?}: bound {:?}, depth {deepest}",
+                        nesting_bound(doc)
+                    );
                 }
             }
         }
