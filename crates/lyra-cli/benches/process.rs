@@ -1,0 +1,139 @@
+//! Process benchmark: the real `lyra` binary, one process per command, as a user runs it.
+//! Generated wide workflows of `Null::Resource` steps (all independent, like the engine
+//! benchmark's) on a SQLite state file in a temporary directory: first apply, no-change plan,
+//! no-change apply and delete, each timed from spawn to exit. Prints the median (and the
+//! fastest) of several rounds per size; `--json FILE` also writes them as JSON.
+//!
+//! ```sh
+//! cargo bench -p lyra-cli --bench process                   # 1k, 10k, 50k steps
+//! cargo bench -p lyra-cli --bench process -- --steps 10000 --rounds 5 --json out.json
+//! ```
+//!
+//! `cargo bench` builds the binary with the bench profile (release); the numbers of a debug
+//! binary mean nothing, so this refuses to run as a debug build (`cargo test --benches`).
+//! `LYRA_BENCH_BIN=PATH` measures another `lyra` binary instead (an older build, to compare).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const COMMANDS: [&str; 4] = ["first apply", "no-change plan", "no-change apply", "delete"];
+
+fn workflow(n: usize) -> String {
+    let mut s = String::from("steps:\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "  s{i}:\n    returns: {{o{i}: output}}\n    resource: Null::Resource\n    value:\n      input: {i}\n"
+        ));
+    }
+    s
+}
+
+/// Runs `lyra` in `dir` and returns how long the process took; output is thrown away, as a
+/// redirect to a file would (its rendering is measured, the terminal is not).
+fn lyra(dir: &Path, args: &[&str]) -> Duration {
+    let t = Instant::now();
+    let out = Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("LYRA_STATE")
+        .env_remove("LYRA_WORKFLOWS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run lyra");
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "lyra {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+fn bin() -> PathBuf {
+    std::env::var_os("LYRA_BENCH_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lyra")), PathBuf::from)
+}
+
+/// One round on a fresh state: the four commands' times, in [`COMMANDS`] order.
+fn round(n: usize) -> [Duration; 4] {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("wide.yaml"), workflow(n)).expect("workflow");
+    let state = ["--state", "state.db"];
+    let run = |cmd: &str| {
+        let mut args = vec![cmd, "wide.yaml"];
+        args.extend(state);
+        lyra(dir.path(), &args)
+    };
+    let first = run("apply");
+    let plan = run("plan");
+    let again = run("apply");
+    let mut del = vec!["delete", "wide"];
+    del.extend(state);
+    let delete = lyra(dir.path(), &del);
+    [first, plan, again, delete]
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+fn main() {
+    if cfg!(debug_assertions) {
+        panic!("a debug build measures nothing useful: run `cargo bench -p lyra-cli --bench process`");
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let sizes: Vec<usize> = arg(&args, "--steps").map_or_else(
+        || vec![1_000, 10_000, 50_000],
+        |s| s.split(',').map(|n| n.parse().expect("a number of steps")).collect(),
+    );
+    // Small sizes are noisy and cheap: more rounds.
+    let rounds = |n: usize| -> usize {
+        arg(&args, "--rounds").map_or(if n <= 1_000 { 7 } else { 3 }, |r| {
+            r.parse().expect("a number of rounds")
+        })
+    };
+    println!("lyra process benchmark: {}", bin().display());
+    println!(
+        "{:>7}  {:>6}  {}",
+        "steps",
+        "rounds",
+        COMMANDS.map(|c| format!("{c:>22}")).join("")
+    );
+    let mut results = Vec::new();
+    for &n in &sizes {
+        let k = rounds(n);
+        let times: Vec<[Duration; 4]> = (0..k).map(|_| round(n)).collect();
+        let mut cells = Vec::new();
+        let mut json = serde_json::Map::new();
+        for (i, name) in COMMANDS.iter().enumerate() {
+            let each: Vec<Duration> = times.iter().map(|t| t[i]).collect();
+            let best = *each.iter().min().expect("a round");
+            let med = median(each);
+            cells.push(format!("{:>22}", format!("{:.0} ms (min {:.0})", ms(med), ms(best))));
+            json.insert(
+                (*name).to_owned(),
+                serde_json::json!({"median_ms": ms(med), "min_ms": ms(best)}),
+            );
+        }
+        println!("{n:>7}  {k:>6}  {}", cells.join(""));
+        results.push(serde_json::json!({"steps": n, "rounds": k, "commands": json}));
+    }
+    if let Some(file) = arg(&args, "--json") {
+        let doc = serde_json::to_string_pretty(&results).expect("json");
+        std::fs::write(file, doc + "\n").expect("write the JSON results");
+    }
+}
