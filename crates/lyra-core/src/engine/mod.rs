@@ -1970,5 +1970,4 @@ fn undefined_returns(step: &Step) -> Env {
 }
 
 #[cfg(test)]
-#[path = "engine_tests.rs"]
 mod tests;
