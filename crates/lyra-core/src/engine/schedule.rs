@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+use sha2::{Digest, Sha256};
 
 use super::error::{IterationError, StepError};
 use super::{At, CANCELLED, Done, Env, Run, Val, resource_type};
@@ -23,6 +24,21 @@ fn child_id(prefix: &str, name: &str) -> String {
     } else {
         format!("{prefix}/{name}")
     }
+}
+
+/// The id segment of an iteration over a key of a secret hash. Step ids are shown and
+/// recorded everywhere (plans, history, status, `state` commands), so they must not hold the
+/// key. The position is no good either: a hash keeps its keys in the order written, so adding
+/// one would shift the others and replace their resources. A digest of the key (scoped to the
+/// collection) is stable, and 64 bits make a collision within one hash negligible. It hides
+/// the key, not what can be guessed: a key from a small set can be found by trying them.
+pub(super) fn secret_key_segment(collection_id: &str, key: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(collection_id.as_bytes())
+        .chain_update([0u8])
+        .chain_update(key.as_bytes())
+        .finalize();
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Run<'_, '_> {
@@ -235,7 +251,17 @@ impl Run<'_, '_> {
             Over::EachPair(_) => match &known[0] {
                 Value::Object(m) => m
                     .iter()
-                    .map(|(k, v)| (k.clone(), vec![Value::String(k.clone()), v.clone()]))
+                    .map(|(k, v)| {
+                        let seg = if sensitive {
+                            // The key is as secret as the hash: out of the id, and scrubbed
+                            // from messages that quote it.
+                            self.remember(&Var::Known(Value::String(k.clone())));
+                            secret_key_segment(&id, k)
+                        } else {
+                            k.clone()
+                        };
+                        (seg, vec![Value::String(k.clone()), v.clone()])
+                    })
                     .collect(),
                 Value::Null => vec![],
                 other => return self.fail_step(&at, bad(IterationError::EachPairNeedsHash(kind_of(other)))),

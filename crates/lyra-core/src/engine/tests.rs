@@ -1255,3 +1255,47 @@ fn a_collections_return_types_its_list() {
     let r = Fixture::new().run(&top, json!({}), Mode::Apply);
     assert_eq!(r.returns["top"], json!(["0", "1"]), "{:?}", r.steps);
 }
+
+/// Issue 9 F5: the keys of a secret hash are secret. Iterating over one names the iterations
+/// by a digest of the key (step ids are recorded and shown everywhere), stable from run to
+/// run; a plain hash keeps its keys.
+#[test]
+fn iterations_over_a_secret_hash_are_not_named_by_its_keys() {
+    let f = Fixture::new();
+    let yaml = |ty: &str| {
+        format!(
+            "
+parameters:
+  users: {ty}
+steps:
+  acc:
+    eachPair: $users
+    as: [name, role]
+    step:
+      resource: Test::Thing
+      value: {{input: $role, zone: $name}}
+"
+        )
+    };
+    let keys = ["alice-k3y", "bob-k3y"];
+    let data = json!({"users": {"alice-k3y": "admin", "bob-k3y": "dev"}});
+    let r = f.try_run(&yaml("Sensitive"), data.clone(), Mode::Apply);
+    let shown = everything_shown(&f, &r);
+    assert_eq!(r.unwrap().outcome, Outcome::Succeeded);
+    assert_hidden(&shown, &keys);
+    let mut expected: Vec<String> = keys
+        .iter()
+        .map(|k| format!("acc/{}", schedule::secret_key_segment("acc", k)))
+        .collect();
+    expected.sort();
+    assert_eq!(f.ids(), expected);
+    assert!(expected.iter().all(|id| id.len() == "acc/".len() + 16), "{expected:?}");
+
+    let again = f.run(&yaml("Sensitive"), data.clone(), Mode::Apply);
+    assert_eq!((again.counts.created, again.counts.unchanged), (0, 2), "{:?}", again.steps);
+
+    // Not secret: the keys name the iterations (and the secret ones go as garbage).
+    let plain = f.run(&yaml("Hash"), data, Mode::Apply);
+    assert_eq!((plain.counts.created, plain.counts.deleted), (2, 2), "{:?}", plain.steps);
+    assert_eq!(f.ids(), ["acc/alice-k3y", "acc/bob-k3y"]);
+}
