@@ -7,8 +7,8 @@ mod hints;
 
 use std::path::{Path, PathBuf};
 
-use lyra_core::diag::{Diagnostic, Diagnostics, Sources, Span};
 pub use hints::Advice;
+use lyra_core::diag::{Diagnostic, Diagnostics, Sources, Span};
 pub use lyra_core::program::check_workflow_name;
 use lyra_core::program::{self, Program, WorkflowSource};
 use lyra_core::schema::SchemaRegistry;

@@ -61,7 +61,7 @@ impl Run<'_, '_> {
                     at: self.at(p.span),
                     param: p.name.clone(),
                     of: of.to_owned(),
-                    error,
+                    error: Box::new(error),
                     secret: v.sensitive,
                 })?,
             _ => Val { sensitive, ..v },
@@ -104,7 +104,10 @@ impl Run<'_, '_> {
                 at: self.at(span),
                 reference,
             }),
-            Err(ResolveError::Unbound { name, span }) => Err(StepError::Unbound { at: self.at(span), name }),
+            Err(ResolveError::Unbound { name, span }) => Err(StepError::Unbound {
+                at: self.at(span),
+                name,
+            }),
         }
     }
 
@@ -130,7 +133,7 @@ impl Run<'_, '_> {
                 var: Var::Known(t.coerce(x).map_err(|error| StepError::ReturnType {
                     at: self.at(r.span),
                     name: r.name.clone(),
-                    error,
+                    error: Box::new(error),
                     secret: v.sensitive,
                 })?),
                 origins: v.origins,

@@ -27,7 +27,8 @@ impl fmt::Display for Loc {
     }
 }
 
-/// A step's failure; its text is the step report's error.
+/// A step's failure; its text is the step report's error. (Type errors are boxed: a `Result`
+/// carrying one on every value resolved should stay small.)
 #[derive(Debug, thiserror::Error)]
 pub(super) enum StepError {
     #[error("{at}parameter '{param}': lookup key '{key}' not found in the data")]
@@ -40,14 +41,14 @@ pub(super) enum StepError {
         at: Loc,
         param: String,
         of: String,
-        error: TypeError,
+        error: Box<TypeError>,
         secret: bool,
     },
     #[error("{at}return '{name}' {}", type_error_text(.error, *.secret))]
     ReturnType {
         at: Loc,
         name: String,
-        error: TypeError,
+        error: Box<TypeError>,
         secret: bool,
     },
     /// A template built a value too deep; `at` is its first reference, if any.
@@ -77,7 +78,7 @@ pub(super) enum StepError {
         at: Loc,
         attribute: String,
         type_name: String,
-        error: TypeError,
+        error: Box<TypeError>,
         secret: bool,
     },
     #[error("{at}{type_name}: {source}")]
@@ -160,5 +161,9 @@ fn inside(e: &TypeError, secret: bool) -> String {
 }
 
 fn found(e: &TypeError, secret: bool) -> &str {
-    if secret { "a sensitive value (not shown)" } else { &e.found }
+    if secret {
+        "a sensitive value (not shown)"
+    } else {
+        &e.found
+    }
 }

@@ -184,7 +184,7 @@ impl Run<'_, '_> {
                         at: self.at(a.span),
                         attribute: a.name.clone(),
                         type_name: type_name.to_owned(),
-                        error,
+                        error: Box::new(error),
                         secret: resolved.sensitive,
                     })?;
                     if resolved.sensitive {
@@ -319,7 +319,13 @@ impl Run<'_, '_> {
     }
 
     /// Applies `action` to the resource and records the outcome.
-    async fn converge(&self, t: &Target<'_>, action: Action, changes: Vec<AttrChange>, current: Option<Current>) -> Done {
+    async fn converge(
+        &self,
+        t: &Target<'_>,
+        action: Action,
+        changes: Vec<AttrChange>,
+        current: Option<Current>,
+    ) -> Done {
         // The intent is recorded before `create` so that a crash before the result is recorded
         // leaves a trace (see `Lookup`). For a replace it follows the delete: until then the
         // record keeps the old resource's id.
@@ -445,8 +451,10 @@ impl Run<'_, '_> {
                 }
             }
         }
-        let unchanged =
-            |k: &String| t.prior.is_some_and(|p| p.sensitive.contains(k) && p.actual.get(k) == actual.get(k));
+        let unchanged = |k: &String| {
+            t.prior
+                .is_some_and(|p| p.sensitive.contains(k) && p.actual.get(k) == actual.get(k))
+        };
         let echoes: Vec<String> = desired
             .iter()
             .chain(actual.iter())

@@ -1292,10 +1292,20 @@ steps:
     assert!(expected.iter().all(|id| id.len() == "acc/".len() + 16), "{expected:?}");
 
     let again = f.run(&yaml("Sensitive"), data.clone(), Mode::Apply);
-    assert_eq!((again.counts.created, again.counts.unchanged), (0, 2), "{:?}", again.steps);
+    assert_eq!(
+        (again.counts.created, again.counts.unchanged),
+        (0, 2),
+        "{:?}",
+        again.steps
+    );
 
     // Not secret: the keys name the iterations (and the secret ones go as garbage).
     let plain = f.run(&yaml("Hash"), data, Mode::Apply);
-    assert_eq!((plain.counts.created, plain.counts.deleted), (2, 2), "{:?}", plain.steps);
+    assert_eq!(
+        (plain.counts.created, plain.counts.deleted),
+        (2, 2),
+        "{:?}",
+        plain.steps
+    );
     assert_eq!(f.ids(), ["acc/alice-k3y", "acc/bob-k3y"]);
 }
