@@ -220,7 +220,7 @@ fn no_cli_output_shows_a_key_of_a_secret_hash() {
             .expect("steps")
             .iter()
             .filter(|s| s["type"] == "Null::Resource")
-            .map(|s| s["id"].as_str().expect("an id").to_owned())
+            .map(|s| s["step"].as_str().expect("a step id").to_owned())
             .collect();
         ids.sort();
         ids
@@ -228,7 +228,7 @@ fn no_cli_output_shows_a_key_of_a_secret_hash() {
 
     let two = users(&KEYS[..2]);
     out.both(0, &with(&["plan", "team"], &two));
-    let (_, report) = out.both(0, &with(&["apply", "team", "-v"], &two));
+    let report = out.run(0, &with(&["apply", "team", "-v", "-o", "json"], &two)).json();
     assert_eq!(report["counts"]["created"], 2, "{report:#}");
     let first = ids(&report);
     assert_eq!(first.len(), 2, "{report:#}");
@@ -239,11 +239,12 @@ fn no_cli_output_shows_a_key_of_a_secret_hash() {
             "{id}"
         );
     }
-    out.read_back_of("team");
-
     // Stable: the same keys name the same resources, and a new key adds exactly one.
+    let (_, report) = out.both(0, &with(&["apply", "team", "-v"], &two));
+    assert_eq!(report["counts"]["unchanged"], 2, "{report:#}");
+    out.read_back_of("team");
     let three = users(KEYS);
-    let (_, report) = out.both(0, &with(&["apply", "team", "-v"], &three));
+    let report = out.run(0, &with(&["apply", "team", "-v", "-o", "json"], &three)).json();
     assert_eq!(report["counts"]["created"], 1, "{report:#}");
     assert_eq!(report["counts"]["unchanged"], 2, "{report:#}");
     let all = ids(&report);
@@ -251,7 +252,9 @@ fn no_cli_output_shows_a_key_of_a_secret_hash() {
     out.read_back_of("team");
 
     // A removed key deletes exactly its resource.
-    let (_, report) = out.both(0, &with(&["apply", "team"], &users(&KEYS[1..])));
+    let report = out
+        .run(0, &with(&["apply", "team", "-o", "json"], &users(&KEYS[1..])))
+        .json();
     assert_eq!(report["counts"]["deleted"], 1, "{report:#}");
     out.run(0, &["delete", "team", "-v"]);
     out.both(0, &["history", "team"]);
