@@ -88,6 +88,7 @@ fn scenario(shape: &str, n: usize) {
             sources: &sources,
             concurrency,
             cancel: &cancel,
+            hints: &lyra_host::Advice,
         };
         let data = Map::new();
         let t = Instant::now();

@@ -349,6 +349,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
         sources: &sources,
         concurrency: a.exec.concurrency as usize,
         cancel: &cancel,
+        hints: &lyra_host::Advice,
     };
     let result = if apply {
         engine.apply(&program, &deployment, &data, &actor()).await
@@ -403,6 +404,7 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
         sources: &sources,
         concurrency: a.exec.concurrency as usize,
         cancel: &cancel,
+        hints: &lyra_host::Advice,
     };
     let result = if a.dry_run {
         engine.plan_delete(&a.deployment).await

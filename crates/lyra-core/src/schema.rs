@@ -76,6 +76,11 @@ impl ResourceSchema {
     pub fn attribute(&self, name: &str) -> Option<&AttributeSchema> {
         self.attributes.iter().find(|a| a.name == name)
     }
+
+    /// Whether the values of attribute `name` are secret (see [`AttributeSchema::is_secret`]).
+    pub fn is_secret(&self, name: &str) -> bool {
+        self.attribute(name).is_some_and(AttributeSchema::is_secret)
+    }
 }
 
 /// Normalised key for a resource type name: type names are case-insensitive

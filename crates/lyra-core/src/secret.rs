@@ -163,7 +163,7 @@ fn record_secret_names(rec: &ResourceRecord, schema: Option<&ResourceSchema>) ->
             rec.desired
                 .keys()
                 .chain(rec.actual.keys())
-                .filter(|k| schema.attribute(k).is_some_and(|a| a.is_secret()))
+                .filter(|k| schema.is_secret(k))
                 .cloned(),
         );
     }

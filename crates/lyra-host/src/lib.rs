@@ -1,9 +1,13 @@
 //! The file-system side of the front end, shared by the `lyra` CLI and the controller:
 //! finding workflows on a load path, reading them (and the workflows they call), and reading
-//! data files. `lyra-core` stays pure; this is where the reading happens.
+//! data files; and [`Advice`], the advice the engine's messages end with. `lyra-core` stays
+//! pure; this is where the reading happens.
+
+mod hints;
 
 use std::path::{Path, PathBuf};
 
+pub use hints::Advice;
 use lyra_core::diag::{Diagnostic, Diagnostics, Sources, Span};
 pub use lyra_core::program::check_workflow_name;
 use lyra_core::program::{self, Program, WorkflowSource};

@@ -460,6 +460,7 @@ impl Runtime {
             sources: &sources,
             concurrency: self.settings.concurrency,
             cancel: &cancel,
+            hints: &lyra_host::Advice,
         };
         let result = engine.apply(&program, &deployment, &data, &owner).await;
         forward.abort();
@@ -654,6 +655,7 @@ impl Runtime {
             sources: &sources,
             concurrency: self.settings.concurrency,
             cancel: &cancel,
+            hints: &lyra_host::Advice,
         };
         let result = engine.delete(&deployment, &owner).await;
         forward.abort();

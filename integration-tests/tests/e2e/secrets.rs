@@ -2,7 +2,8 @@
 //! create, update (a provider echoing the old and new secret), no-op, replace, a failing step
 //! whose provider quotes the secret, a bad input, `state rm` and delete, and every command's
 //! stdout and stderr, text and `-o json`, with `-v`, is searched for every secret value used.
-//! Only `state export` carries them: it moves the state, and its help says so.
+//! Only `state export` carries them: it moves the state, and its help says so. The keys of a
+//! secret hash are secrets too, also as the ids of a collection over it.
 
 use integration_tests::{Lyra, Run, step};
 
@@ -73,11 +74,16 @@ impl Outputs {
 
     /// Everything that reads the state, in text and JSON.
     fn read_back(&mut self) {
+        self.read_back_of("web");
+    }
+
+    /// Everything that reads the state of `deployment`, in text and JSON.
+    fn read_back_of(&mut self, deployment: &str) {
         for args in [
-            vec!["state", "show", "web"],
+            vec!["state", "show", deployment],
             vec!["state", "list"],
-            vec!["history", "web"],
-            vec!["delete", "web", "--dry-run"],
+            vec!["history", deployment],
+            vec!["delete", deployment, "--dry-run"],
         ] {
             self.both(0, &args);
         }
@@ -173,6 +179,91 @@ fn no_cli_output_shows_a_secret() {
             assert!(
                 !run.stdout.contains(secret) && !run.stderr.contains(secret),
                 "{secret} leaked:\n{run}"
+            );
+        }
+    }
+}
+
+/// A collection over a secret hash (issue 9, F5): its keys are as secret as its values, so
+/// the iterations' ids are digests of the keys, stable from run to run.
+const KEYED: &str = "\
+parameters:
+  users: Sensitive
+returns: [made]
+steps:
+  accounts:
+    eachPair: $users
+    as: [name, role]
+    into: made
+    step:
+      returns: output
+      resource: Null::Resource
+      value:
+        input: {user: $name, role: $role}
+";
+
+/// The keys of the secret hash.
+const KEYS: &[&str] = &["alice-K3yS3cret", "bob-K3yS3cret", "carol-K3yS3cret"];
+
+#[test]
+fn no_cli_output_shows_a_key_of_a_secret_hash() {
+    let lyra = Lyra::new();
+    lyra.write_workflow("team", KEYED);
+    let mut out = Outputs { lyra, runs: Vec::new() };
+    let users = |keys: &[&str]| {
+        let entries: Vec<String> = keys.iter().map(|k| format!("{k}: {}", k.len())).collect();
+        vec!["--var".to_owned(), format!("users={{{}}}", entries.join(", "))]
+    };
+    let ids = |report: &serde_json::Value| -> Vec<String> {
+        let mut ids: Vec<String> = report["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .filter(|s| s["type"] == "Null::Resource")
+            .map(|s| s["step"].as_str().expect("a step id").to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+
+    let two = users(&KEYS[..2]);
+    out.both(0, &with(&["plan", "team"], &two));
+    let report = out.run(0, &with(&["apply", "team", "-v", "-o", "json"], &two)).json();
+    assert_eq!(report["counts"]["created"], 2, "{report:#}");
+    let first = ids(&report);
+    assert_eq!(first.len(), 2, "{report:#}");
+    for id in &first {
+        let digest = id.strip_prefix("accounts/").expect("under the collection");
+        assert!(
+            digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+    // Stable: the same keys name the same resources, and a new key adds exactly one.
+    let (_, report) = out.both(0, &with(&["apply", "team", "-v"], &two));
+    assert_eq!(report["counts"]["unchanged"], 2, "{report:#}");
+    out.read_back_of("team");
+    let three = users(KEYS);
+    let report = out.run(0, &with(&["apply", "team", "-v", "-o", "json"], &three)).json();
+    assert_eq!(report["counts"]["created"], 1, "{report:#}");
+    assert_eq!(report["counts"]["unchanged"], 2, "{report:#}");
+    let all = ids(&report);
+    assert!(first.iter().all(|id| all.contains(id)), "{first:?} {all:?}");
+    out.read_back_of("team");
+
+    // A removed key deletes exactly its resource.
+    let report = out
+        .run(0, &with(&["apply", "team", "-o", "json"], &users(&KEYS[1..])))
+        .json();
+    assert_eq!(report["counts"]["deleted"], 1, "{report:#}");
+    out.run(0, &["delete", "team", "-v"]);
+    out.both(0, &["history", "team"]);
+
+    for run in &out.runs {
+        for key in KEYS {
+            assert!(
+                !run.stdout.contains(key) && !run.stderr.contains(key),
+                "{key} leaked:\n{run}"
             );
         }
     }

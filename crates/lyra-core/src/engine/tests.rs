@@ -12,8 +12,8 @@ use serde_json::json;
 use super::*;
 use crate::diag::Sources;
 use crate::program;
-use crate::provider::Created;
-use crate::schema::AttributeSchema;
+use crate::provider::{Created, Lookup, OpContext, Provider, ProviderError};
+use crate::schema::{AttributeSchema, ResourceSchema};
 use crate::state::{
     DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunId, RunRecord, StoreErrorKind,
 };
@@ -118,6 +118,21 @@ impl StateStore for MemStore {
 
 fn unused() -> StoreError {
     StoreError::new(StoreErrorKind::Other, "not used by the engine")
+}
+
+/// The advice of Lyra's CLI and controller (`lyra_host::Advice`), which messages here pin.
+struct Words;
+
+impl Hints for Words {
+    fn add_data_key(&self, key: &str) -> String {
+        format!("the data file or `--var {key}=VALUE`; `spec.data` on Kubernetes")
+    }
+    fn set_data_key(&self, key: &str) -> String {
+        format!("`--var {key}=VALUE`; `spec.data` on Kubernetes")
+    }
+    fn forget_records(&self, deployment: &str, step_ids: &[&str]) -> String {
+        format!("`lyra state rm {deployment} {}`", step_ids.join(" "))
+    }
 }
 
 /// `Test::Thing`: fails when `input` is "boom", and with a message quoting `input` when it
@@ -295,6 +310,7 @@ impl Fixture {
             sources: &sources,
             concurrency: 4,
             cancel: &self.cancel,
+            hints: &Words,
         };
         let data = data.as_object().cloned().unwrap_or_default();
         block_on(async {
@@ -325,6 +341,7 @@ impl Fixture {
             sources: &sources,
             concurrency: 4,
             cancel: &self.cancel,
+            hints: &Words,
         };
         block_on(engine.delete("d", "test")).unwrap()
     }
@@ -536,6 +553,7 @@ fn call_renames_parameters_and_returns() {
         sources: &sources,
         concurrency: 4,
         cancel: &f.cancel,
+        hints: &Words,
     };
     let data = json!({"img": "nginx"}).as_object().cloned().unwrap();
     let r = block_on(engine.apply(&prog, "d", &data, "t")).unwrap();
@@ -981,7 +999,7 @@ fn unreadable_records_stop_runs_and_name_the_way_out() {
         .get_mut("d")
         .unwrap()
         .unreadable
-        .push(crate::state::UnreadableRecord {
+        .push(UnreadableRecord {
             step_id: "old".into(),
             type_name: "Test::Thing".into(),
             error: "corrupt state: cannot decode resources.actual".into(),
@@ -1000,6 +1018,7 @@ fn unreadable_records_stop_runs_and_name_the_way_out() {
         sources: &sources,
         concurrency: 4,
         cancel: &f.cancel,
+        hints: &Words,
     };
     assert!(block_on(engine.delete("d", "test")).is_err());
     assert!(f.log().is_empty(), "no provider was called");
@@ -1036,6 +1055,7 @@ fn steps_nested_to_the_limit_run_on_a_small_stack() {
                 sources: &sources,
                 concurrency: 4,
                 cancel: &f.cancel,
+                hints: &Words,
             };
             let data = json!({"x": 1}).as_object().cloned().unwrap();
             let r = block_on(engine.apply(&prog, "d", &data, "test")).unwrap();
@@ -1085,6 +1105,7 @@ steps:
         sources: &sources,
         concurrency: 4,
         cancel: &f.cancel,
+        hints: &Words,
     };
     let r = block_on(engine.apply(&prog, "d", &Map::new(), "test"));
     // The report and the history. (Observers saw `c/x` finish before its caller declared
@@ -1130,6 +1151,7 @@ fn run_with_lib(f: &Fixture, main: &str, lib: &str, data: Value) -> Report {
         sources: &sources,
         concurrency: 4,
         cancel: &f.cancel,
+        hints: &Words,
     };
     let data = data.as_object().cloned().unwrap_or_default();
     block_on(engine.apply(&prog, "d", &data, "test")).unwrap()
@@ -1232,4 +1254,58 @@ fn a_collections_return_types_its_list() {
     let top = top.replace("Array[Integer]", "Array[String]");
     let r = Fixture::new().run(&top, json!({}), Mode::Apply);
     assert_eq!(r.returns["top"], json!(["0", "1"]), "{:?}", r.steps);
+}
+
+/// Issue 9 F5: the keys of a secret hash are secret. Iterating over one names the iterations
+/// by a digest of the key (step ids are recorded and shown everywhere), stable from run to
+/// run; a plain hash keeps its keys.
+#[test]
+fn iterations_over_a_secret_hash_are_not_named_by_its_keys() {
+    let f = Fixture::new();
+    let yaml = |ty: &str| {
+        format!(
+            "
+parameters:
+  users: {ty}
+steps:
+  acc:
+    eachPair: $users
+    as: [name, role]
+    step:
+      resource: Test::Thing
+      value: {{input: $role, zone: $name}}
+"
+        )
+    };
+    let keys = ["alice-k3y", "bob-k3y"];
+    let data = json!({"users": {"alice-k3y": "admin", "bob-k3y": "dev"}});
+    let r = f.try_run(&yaml("Sensitive"), data.clone(), Mode::Apply);
+    let shown = everything_shown(&f, &r);
+    assert_eq!(r.unwrap().outcome, Outcome::Succeeded);
+    assert_hidden(&shown, &keys);
+    let mut expected: Vec<String> = keys
+        .iter()
+        .map(|k| format!("acc/{}", schedule::secret_key_segment("acc", k)))
+        .collect();
+    expected.sort();
+    assert_eq!(f.ids(), expected);
+    assert!(expected.iter().all(|id| id.len() == "acc/".len() + 16), "{expected:?}");
+
+    let again = f.run(&yaml("Sensitive"), data.clone(), Mode::Apply);
+    assert_eq!(
+        (again.counts.created, again.counts.unchanged),
+        (0, 2),
+        "{:?}",
+        again.steps
+    );
+
+    // Not secret: the keys name the iterations (and the secret ones go as garbage).
+    let plain = f.run(&yaml("Hash"), data, Mode::Apply);
+    assert_eq!(
+        (plain.counts.created, plain.counts.deleted),
+        (2, 2),
+        "{:?}",
+        plain.steps
+    );
+    assert_eq!(f.ids(), ["acc/alice-k3y", "acc/bob-k3y"]);
 }
