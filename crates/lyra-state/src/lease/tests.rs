@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lyra_core::state::StateStore;
+use crate::Store;
 use tempfile::TempDir;
 
 use super::{LeaseError, LeaseOptions, acquire};
 use crate::SqliteStore;
 
-async fn store() -> (TempDir, Arc<dyn StateStore>) {
+async fn store() -> (TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(&dir.path().join("state.db")).await.expect("open");
     (dir, Arc::new(store))

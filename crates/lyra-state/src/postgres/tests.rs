@@ -1,11 +1,13 @@
 //! Postgres-only tests: URLs and schemas, connection faults. The conformance suite runs from
 //! `src/tests.rs`.
 
+use crate::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lyra_core::state::{StateStore, StoreError, StoreErrorKind};
+use crate::Store;
+use lyra_core::state::{StoreError, StoreErrorKind};
 use sqlx::{Connection, PgConnection};
 
 use super::PostgresStore;
@@ -42,7 +44,7 @@ async fn schemas_are_separate_states() {
         return;
     };
     let opens = (0..4).map(|_| crate::open(one.url()));
-    let stores: Vec<Arc<dyn StateStore>> = futures::future::join_all(opens)
+    let stores: Vec<Arc<dyn Store>> = futures::future::join_all(opens)
         .await
         .into_iter()
         .map(|s| s.expect("concurrent open"))
