@@ -43,7 +43,7 @@ impl MemStore {
 }
 
 #[async_trait]
-impl Recorder for MemStore {
+impl crate::state::Recorder for MemStore {
     fn store_id(&self) -> &str {
         &self.id
     }

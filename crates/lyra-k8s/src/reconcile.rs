@@ -19,10 +19,11 @@ use lyra_core::engine::{Engine, EngineError, Quiet};
 use lyra_core::program::Program;
 use lyra_core::provider::Providers;
 use lyra_core::report::{Action, Report, Status};
-use lyra_core::state::{Lease, Outcome, StateStore};
+use lyra_core::state::{Outcome, StoreError, StoreErrorKind};
 use lyra_core::value::Value;
 use lyra_host::LoadPath;
-use lyra_state::lease::{self, HeldLease, LeaseError, LeaseOptions};
+use lyra_state::lease::{self, LeaseError, LeaseOptions, Ran};
+use lyra_state::{Lease, Store};
 use tokio::sync::watch;
 
 use crate::crd::{DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
@@ -273,7 +274,7 @@ pub enum Decision {
 /// Runs jobs against the providers and the shared state.
 pub struct Runtime {
     providers: Arc<Providers>,
-    store: Arc<dyn StateStore>,
+    store: Arc<dyn Store>,
     settings: Settings,
     load_path: LoadPath,
     metrics: Arc<Metrics>,
@@ -320,12 +321,7 @@ impl<'r> Tracker<'r> {
 }
 
 impl Runtime {
-    pub fn new(
-        providers: Arc<Providers>,
-        store: Arc<dyn StateStore>,
-        settings: Settings,
-        metrics: Arc<Metrics>,
-    ) -> Runtime {
+    pub fn new(providers: Arc<Providers>, store: Arc<dyn Store>, settings: Settings, metrics: Arc<Metrics>) -> Runtime {
         Runtime {
             providers,
             store,
@@ -341,7 +337,7 @@ impl Runtime {
         &self.metrics
     }
 
-    pub fn store(&self) -> &Arc<dyn StateStore> {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -423,8 +419,50 @@ impl Runtime {
         t.status.workflow = Some(name.clone());
         t.status.deployment = Some(deployment.clone());
         let cancel = Arc::new(AtomicBool::new(false));
-        let held = match self.take_lease(job, "apply", &cancel).await {
-            Ok(held) => held,
+        let options = self.lease_options(job, "apply");
+        let (tr, cancel_ref, sources_ref) = (&mut *t, &cancel, &sources);
+        // The run borrows these; they are used again after it.
+        let (deployment, now) = (&deployment, &now);
+        let ran = lease::run_under_lease(
+            &self.store,
+            &deployment,
+            &options,
+            &cancel,
+            |_| {},
+            |leased| async move {
+                tr.status.lease_holder = Some(leased.lease().owner.clone());
+                judge(
+                    &mut tr.status,
+                    &Verdict::Running { deleting: false },
+                    job.generation,
+                    &now,
+                );
+                tr.flush().await?;
+                tr.reporter
+                    .publish(note(
+                        false,
+                        "Applying",
+                        "Apply",
+                        format!("applying workflow {name} to deployment {deployment}"),
+                    ))
+                    .await;
+                let forward = self.forward_shutdown(cancel_ref);
+                let engine = Engine {
+                    providers: &self.providers,
+                    store: leased.recorder(),
+                    observer: &Quiet,
+                    sources: sources_ref,
+                    concurrency: self.settings.concurrency,
+                    cancel: cancel_ref,
+                };
+                let result = engine.apply(&program, &deployment, &data, &owner).await;
+                forward.abort();
+                Ok::<_, ReconcileError>(result)
+            },
+        )
+        .await;
+        let (result, kept) = match self.leased(ran) {
+            Ok(ran) => ran,
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, false).await,
             Err(Refusal::Store(message)) => {
                 return self
@@ -432,39 +470,19 @@ impl Runtime {
                     .await;
             }
         };
-        t.status.lease_holder = Some(held.lease().owner.clone());
-        judge(
-            &mut t.status,
-            &Verdict::Running { deleting: false },
-            job.generation,
-            &now,
-        );
-        if let Err(e) = t.flush().await {
-            let _ = release(&self.store, held).await;
-            return Err(e);
-        }
-        t.reporter
-            .publish(note(
-                false,
-                "Applying",
-                "Apply",
-                format!("applying workflow {name} to deployment {deployment}"),
-            ))
-            .await;
-
-        let forward = self.forward_shutdown(&cancel);
-        let engine = Engine {
-            providers: &self.providers,
-            store: self.store.as_ref(),
-            observer: &Quiet,
-            sources: &sources,
-            concurrency: self.settings.concurrency,
-            cancel: &cancel,
-        };
-        let result = engine.apply(&program, &deployment, &data, &owner).await;
-        forward.abort();
-        let kept = release(&self.store, held).await;
         t.status.lease_holder = None;
+        // A write refused because the lease was no longer ours is a lost lease, not a store
+        // failure.
+        let kept = kept && !matches!(&result, Ok(Err(EngineError::Store(e))) if fenced(e));
+        let result = match result? {
+            Err(EngineError::Store(e)) if !kept => {
+                tracing::warn!(deployment = %deployment, error = %e, "a write was refused: the lease was lost");
+                return self
+                    .retry(job, t, "Interrupted", LEASE_LOST.to_owned(), Phase::Failed, true)
+                    .await;
+            }
+            other => other,
+        };
 
         let mut report = match result {
             Ok(r) => r,
@@ -513,7 +531,7 @@ impl Runtime {
             let why = if kept {
                 "the run was interrupted (the controller is shutting down); it resumes on the next run"
             } else {
-                "the deployment's lease was lost during the run (expired or broken); it resumes on the next run"
+                LEASE_LOST
             };
             return self
                 .retry(job, t, "Interrupted", why.to_owned(), Phase::Failed, true)
@@ -562,8 +580,64 @@ impl Runtime {
         }
         let owner = job.key.owner();
         let cancel = Arc::new(AtomicBool::new(false));
-        let held = match self.take_lease(job, "delete", &cancel).await {
-            Ok(held) => held,
+        let options = self.lease_options(job, "delete");
+        let (tr, cancel_ref) = (&mut *t, &cancel);
+        // The run borrows these; they are used again after it.
+        let (deployment, now) = (&deployment, &now);
+        let ran = lease::run_under_lease(
+            &self.store,
+            &deployment,
+            &options,
+            &cancel,
+            |_| {},
+            |leased| async move {
+                if job.deletion_policy == DeletionPolicy::Orphan {
+                    // Dropping the deployment takes its lease with it: the release finds it gone.
+                    return Ok(Cleanup::Orphaned(self.store.drop_deployment(&deployment).await));
+                }
+                // Under the lease, the state says whether there is anything to delete. Nothing
+                // (never applied, or cleaned up by a run whose finalizer removal did not happen):
+                // no run, no history entry, only the finalizer to remove.
+                match self.store.load(&deployment).await {
+                    Ok(state) if state.as_ref().is_none_or(|s| s.resources.is_empty()) => return Ok(Cleanup::Nothing),
+                    Ok(_) => {}
+                    Err(e) => return Ok(Cleanup::Unavailable(e)),
+                }
+                tr.status.lease_holder = Some(leased.lease().owner.clone());
+                tr.status.deployment = Some(deployment.clone());
+                judge(
+                    &mut tr.status,
+                    &Verdict::Running { deleting: true },
+                    job.generation,
+                    &now,
+                );
+                tr.flush().await?;
+                tr.reporter
+                    .publish(note(
+                        false,
+                        "Deleting",
+                        "Delete",
+                        format!("deleting the resources of deployment {deployment}"),
+                    ))
+                    .await;
+                let forward = self.forward_shutdown(cancel_ref);
+                let sources = Sources::default();
+                let engine = Engine {
+                    providers: &self.providers,
+                    store: leased.recorder(),
+                    observer: &Quiet,
+                    sources: &sources,
+                    concurrency: self.settings.concurrency,
+                    cancel: cancel_ref,
+                };
+                let result = engine.delete(&deployment, &owner).await;
+                forward.abort();
+                Ok::<_, ReconcileError>(Cleanup::Ran(result))
+            },
+        )
+        .await;
+        let (cleanup, _kept) = match self.leased(ran) {
+            Ok(ran) => ran,
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, true).await,
             Err(Refusal::Store(message)) => {
                 return self
@@ -571,48 +645,20 @@ impl Runtime {
                     .await;
             }
         };
-        if job.deletion_policy == DeletionPolicy::Orphan {
-            // Dropping the deployment takes its lease with it; the release below is a no-op.
-            let dropped = self.store.drop_deployment(&deployment).await;
-            let _ = release(&self.store, held).await;
-            return match dropped {
-                Ok(_) => {
-                    t.reporter
-                        .publish(note(
-                            false,
-                            "Orphaned",
-                            "Delete",
-                            format!(
-                                "deletionPolicy Orphan: resources left in place; deployment {deployment} forgotten"
-                            ),
-                        ))
-                        .await;
-                    Ok(Next::Done)
-                }
-                Err(e) => {
-                    self.retry(
-                        job,
-                        t,
-                        "StateUnavailable",
-                        format!("state store: {e}"),
-                        Phase::Deleting,
-                        true,
-                    )
-                    .await
-                }
-            };
-        }
-        // Under the lease, the state says whether there is anything to delete. Nothing (never
-        // applied, or cleaned up by a run whose finalizer removal did not happen): no run,
-        // no history entry, only the finalizer to remove.
-        match self.store.load(&deployment).await {
-            Ok(state) if state.as_ref().is_none_or(|s| s.resources.is_empty()) => {
-                let _ = release(&self.store, held).await;
+        let result = match cleanup? {
+            Cleanup::Orphaned(Ok(_)) => {
+                t.reporter
+                    .publish(note(
+                        false,
+                        "Orphaned",
+                        "Delete",
+                        format!("deletionPolicy Orphan: resources left in place; deployment {deployment} forgotten"),
+                    ))
+                    .await;
                 return Ok(Next::Done);
             }
-            Ok(_) => {}
-            Err(e) => {
-                let _ = release(&self.store, held).await;
+            Cleanup::Nothing => return Ok(Next::Done),
+            Cleanup::Orphaned(Err(e)) | Cleanup::Unavailable(e) => {
                 return self
                     .retry(
                         job,
@@ -624,40 +670,8 @@ impl Runtime {
                     )
                     .await;
             }
-        }
-        t.status.lease_holder = Some(held.lease().owner.clone());
-        t.status.deployment = Some(deployment.clone());
-        judge(
-            &mut t.status,
-            &Verdict::Running { deleting: true },
-            job.generation,
-            &now,
-        );
-        if let Err(e) = t.flush().await {
-            let _ = release(&self.store, held).await;
-            return Err(e);
-        }
-        t.reporter
-            .publish(note(
-                false,
-                "Deleting",
-                "Delete",
-                format!("deleting the resources of deployment {deployment}"),
-            ))
-            .await;
-        let forward = self.forward_shutdown(&cancel);
-        let sources = Sources::default();
-        let engine = Engine {
-            providers: &self.providers,
-            store: self.store.as_ref(),
-            observer: &Quiet,
-            sources: &sources,
-            concurrency: self.settings.concurrency,
-            cancel: &cancel,
+            Cleanup::Ran(result) => result,
         };
-        let result = engine.delete(&deployment, &owner).await;
-        forward.abort();
-        let _ = release(&self.store, held).await;
         t.status.lease_holder = None;
         let report = match result {
             Ok(r) => r,
@@ -762,25 +776,29 @@ impl Runtime {
         }
     }
 
-    /// Takes the deployment's lease, or says who holds it.
-    async fn take_lease(&self, job: &Job, operation: &str, cancel: &Arc<AtomicBool>) -> Result<HeldLease, Refusal> {
-        let options = LeaseOptions {
+    /// How this runtime takes a deployment's lease: refused at once when held (the
+    /// reconcile is requeued for when it expires, see [`Runtime::wait_for_lease`]).
+    fn lease_options(&self, job: &Job, operation: &str) -> LeaseOptions {
+        LeaseOptions {
             owner: self.lease_owner(job),
             operation: operation.to_owned(),
             ttl: self.settings.lease_ttl,
             wait: None,
-        };
-        lease::acquire(
-            Arc::clone(&self.store),
-            &job.key.deployment(),
-            &options,
-            Arc::clone(cancel),
-        )
-        .await
-        .map_err(|e| match e {
+        }
+    }
+
+    /// What a run under a lease gives the reconcile: the run's value and whether the lease
+    /// was still ours at the end, or why the lease was not taken.
+    fn leased<T>(&self, ran: Result<Ran<T>, LeaseError>) -> Result<(T, bool), Refusal> {
+        let ran = ran.map_err(|e| match e {
             LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => Refusal::Held(h),
-            LeaseError::Store(_) => Refusal::Store(format!("state store: {e}")),
-        })
+            LeaseError::Store(_) | LeaseError::Cancelled(_) => Refusal::Store(format!("state store: {e}")),
+        })?;
+        if let Err(e) = &ran.released {
+            tracing::warn!(error = %e, "could not release the lease; it expires by itself");
+        }
+        let kept = !ran.lost();
+        Ok((ran.value, kept))
     }
 
     /// Someone else holds the deployment's lease (the CLI, or a crashed replica whose lease
@@ -1259,17 +1277,25 @@ fn until_expiry(expires: i64, now: i64) -> Duration {
     (left + SLACK).max(Duration::from_secs(1))
 }
 
-async fn release(store: &Arc<dyn StateStore>, held: HeldLease) -> bool {
-    let ours = held.lease().clone();
-    // Renewing answers "is it still ours?" atomically.
-    let kept = match store.renew_lease(&ours, 1_000).await {
-        Ok(renewed) => renewed.is_some(),
-        Err(_) => true,
-    };
-    if let Err(e) = held.release().await {
-        tracing::warn!(deployment = %ours.deployment, error = %e, "could not release the lease; it expires by itself");
-    }
-    kept
+/// Whether a store error is a write refused because the run's lease was no longer current.
+fn fenced(e: &StoreError) -> bool {
+    e.kind == StoreErrorKind::LeaseLost
+}
+
+/// Why an apply that lost its lease stopped.
+const LEASE_LOST: &str =
+    "the deployment's lease was lost during the run (expired or broken); it resumes on the next run";
+
+/// What a cleanup under the lease did.
+enum Cleanup {
+    /// `deletionPolicy: Orphan`: the deployment was dropped (or dropping it failed).
+    Orphaned(Result<bool, StoreError>),
+    /// Nothing is recorded: nothing to delete.
+    Nothing,
+    /// The state could not be read.
+    Unavailable(StoreError),
+    /// The delete ran.
+    Ran(Result<Report, EngineError>),
 }
 
 fn note(warning: bool, reason: &str, action: &str, message: String) -> Note {

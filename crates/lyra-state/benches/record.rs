@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::future::join_all;
 use lyra_core::state::{Operation, ResourceRecord, RunStart};
-use lyra_state::prelude::*;
 use lyra_state::{LeaseGrant, LeaseRequest, Store};
 use lyra_state::{PostgresStore, SqliteStore};
 use serde_json::json;
