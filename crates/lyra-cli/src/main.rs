@@ -322,14 +322,12 @@ fn finish_leased(
     deployment: &str,
     sources: &Sources,
     out: Output,
-    plan: bool,
 ) -> Result<(), Exit> {
-    let lost = !kept || matches!(&result, Err(EngineError::Store(e)) if fenced(e));
     let report = match result {
-        Err(_) if lost => return Err(locking::lease_lost(deployment)),
+        Err(EngineError::Store(e)) if fenced(&e) => return Err(locking::lease_lost(deployment)),
         other => other.map_err(|e| engine_error(e, sources))?,
     };
-    finish_report(&report, out, plan, lost.then(|| locking::lease_lost(deployment)))
+    finish_report(&report, out, false, (!kept).then(|| locking::lease_lost(deployment)))
 }
 
 /// The engine of a command, recording through `store`.
@@ -403,7 +401,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
     )
     .await?;
     progress.finish();
-    finish_leased(result, kept, &deployment, &sources, out, false)
+    finish_leased(result, kept, &deployment, &sources, out)
 }
 
 async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
@@ -451,7 +449,7 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
     )
     .await?;
     progress.finish();
-    finish_leased(result, kept, &a.deployment, &sources, out, false)
+    finish_leased(result, kept, &a.deployment, &sources, out)
 }
 
 fn graph(a: &args::GraphArgs, out: Output) -> Result<(), Exit> {

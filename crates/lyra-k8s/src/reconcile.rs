@@ -19,10 +19,10 @@ use lyra_core::engine::{Engine, EngineError, Quiet};
 use lyra_core::program::Program;
 use lyra_core::provider::Providers;
 use lyra_core::report::{Action, Report, Status};
-use lyra_core::state::{Outcome, StoreError, StoreErrorKind};
+use lyra_core::state::{Outcome, Recorder, StoreError, StoreErrorKind};
 use lyra_core::value::Value;
 use lyra_host::LoadPath;
-use lyra_state::lease::{self, LeaseError, LeaseOptions, Ran};
+use lyra_state::lease::{self, LeaseError, LeaseOptions, Leased, Ran};
 use lyra_state::{Lease, Store};
 use tokio::sync::watch;
 
@@ -425,37 +425,18 @@ impl Runtime {
         let (deployment, now) = (&deployment, &now);
         let ran = lease::run_under_lease(
             &self.store,
-            &deployment,
+            deployment,
             &options,
             &cancel,
             |_| {},
             |leased| async move {
-                tr.status.lease_holder = Some(leased.lease().owner.clone());
-                judge(
-                    &mut tr.status,
-                    &Verdict::Running { deleting: false },
-                    job.generation,
-                    &now,
-                );
-                tr.flush().await?;
-                tr.reporter
-                    .publish(note(
-                        false,
-                        "Applying",
-                        "Apply",
-                        format!("applying workflow {name} to deployment {deployment}"),
-                    ))
-                    .await;
+                let message = format!("applying workflow {name} to deployment {deployment}");
+                self.start_run(tr, job, &leased, false, now, message).await?;
                 let forward = self.forward_shutdown(cancel_ref);
-                let engine = Engine {
-                    providers: &self.providers,
-                    store: leased.recorder(),
-                    observer: &Quiet,
-                    sources: sources_ref,
-                    concurrency: self.settings.concurrency,
-                    cancel: cancel_ref,
-                };
-                let result = engine.apply(&program, &deployment, &data, &owner).await;
+                let result = self
+                    .engine(leased.recorder(), sources_ref, cancel_ref)
+                    .apply(&program, deployment, &data, &owner)
+                    .await;
                 forward.abort();
                 Ok::<_, ReconcileError>(result)
             },
@@ -473,9 +454,8 @@ impl Runtime {
         t.status.lease_holder = None;
         // A write refused because the lease was no longer ours is a lost lease, not a store
         // failure.
-        let kept = kept && !matches!(&result, Ok(Err(EngineError::Store(e))) if fenced(e));
         let result = match result? {
-            Err(EngineError::Store(e)) if !kept => {
+            Err(EngineError::Store(e)) if fenced(&e) => {
                 tracing::warn!(deployment = %deployment, error = %e, "a write was refused: the lease was lost");
                 return self
                     .retry(job, t, "Interrupted", LEASE_LOST.to_owned(), Phase::Failed, true)
@@ -514,7 +494,7 @@ impl Runtime {
         if report.outcome == Outcome::Succeeded && kept {
             (t.status.returns, t.status.returns_omitted) = status::fit_returns(&report, status::RETURNS_BUDGET);
             t.status.last_handled_reconcile_at = job.requested_at.clone();
-            judge(&mut t.status, &Verdict::Applied, job.generation, &now);
+            judge(&mut t.status, &Verdict::Applied, job.generation, now);
             self.remember(job, MemoOutcome::Applied);
             t.flush().await?;
             t.reporter
@@ -586,51 +566,32 @@ impl Runtime {
         let (deployment, now) = (&deployment, &now);
         let ran = lease::run_under_lease(
             &self.store,
-            &deployment,
+            deployment,
             &options,
             &cancel,
             |_| {},
             |leased| async move {
                 if job.deletion_policy == DeletionPolicy::Orphan {
                     // Dropping the deployment takes its lease with it: the release finds it gone.
-                    return Ok(Cleanup::Orphaned(self.store.drop_deployment(&deployment).await));
+                    return Ok(Cleanup::Orphaned(self.store.drop_deployment(deployment).await));
                 }
                 // Under the lease, the state says whether there is anything to delete. Nothing
                 // (never applied, or cleaned up by a run whose finalizer removal did not happen):
                 // no run, no history entry, only the finalizer to remove.
-                match self.store.load(&deployment).await {
+                match self.store.load(deployment).await {
                     Ok(state) if state.as_ref().is_none_or(|s| s.resources.is_empty()) => return Ok(Cleanup::Nothing),
                     Ok(_) => {}
                     Err(e) => return Ok(Cleanup::Unavailable(e)),
                 }
-                tr.status.lease_holder = Some(leased.lease().owner.clone());
                 tr.status.deployment = Some(deployment.clone());
-                judge(
-                    &mut tr.status,
-                    &Verdict::Running { deleting: true },
-                    job.generation,
-                    &now,
-                );
-                tr.flush().await?;
-                tr.reporter
-                    .publish(note(
-                        false,
-                        "Deleting",
-                        "Delete",
-                        format!("deleting the resources of deployment {deployment}"),
-                    ))
-                    .await;
+                let message = format!("deleting the resources of deployment {deployment}");
+                self.start_run(tr, job, &leased, true, now, message).await?;
                 let forward = self.forward_shutdown(cancel_ref);
                 let sources = Sources::default();
-                let engine = Engine {
-                    providers: &self.providers,
-                    store: leased.recorder(),
-                    observer: &Quiet,
-                    sources: &sources,
-                    concurrency: self.settings.concurrency,
-                    cancel: cancel_ref,
-                };
-                let result = engine.delete(&deployment, &owner).await;
+                let result = self
+                    .engine(leased.recorder(), &sources, cancel_ref)
+                    .delete(deployment, &owner)
+                    .await;
                 forward.abort();
                 Ok::<_, ReconcileError>(Cleanup::Ran(result))
             },
@@ -691,7 +652,7 @@ impl Runtime {
         self.record_run(t, &report, false);
         self.step_events(t.reporter, &report).await;
         // Only what the state says counts: the finalizer goes when nothing is recorded.
-        let left = match self.store.load(&deployment).await {
+        let left = match self.store.load(deployment).await {
             // Records the store cannot read still stand for resources.
             Ok(state) => state.map_or(0, |s| s.resources.len() + s.unreadable.len()),
             Err(e) => {
@@ -773,6 +734,41 @@ impl Runtime {
         match &self.settings.instance {
             Some(instance) => format!("{}@{instance}", job.key.owner()),
             None => job.key.owner(),
+        }
+    }
+
+    /// Marks the object as running under `leased` (the status names the holder and is
+    /// written) and says so in an event.
+    async fn start_run(
+        &self,
+        t: &mut Tracker<'_>,
+        job: &Job,
+        leased: &Leased,
+        deleting: bool,
+        now: &Time,
+        message: String,
+    ) -> Result<(), ReconcileError> {
+        t.status.lease_holder = Some(leased.lease().owner.clone());
+        judge(&mut t.status, &Verdict::Running { deleting }, job.generation, now);
+        t.flush().await?;
+        let (reason, action) = if deleting {
+            ("Deleting", "Delete")
+        } else {
+            ("Applying", "Apply")
+        };
+        t.reporter.publish(note(false, reason, action, message)).await;
+        Ok(())
+    }
+
+    /// The engine of a run, recording through `recorder`.
+    fn engine<'a>(&'a self, recorder: &'a dyn Recorder, sources: &'a Sources, cancel: &'a AtomicBool) -> Engine<'a> {
+        Engine {
+            providers: &self.providers,
+            store: recorder,
+            observer: &Quiet,
+            sources,
+            concurrency: self.settings.concurrency,
+            cancel,
         }
     }
 

@@ -40,10 +40,9 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use crate::store::{Admin, Fence, FencedWrites, Leases};
+use crate::store::{Admin, Fence, Leases};
 use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunRecord};
 use async_trait::async_trait;
-use lyra_core::state::Recorder;
 use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
@@ -500,51 +499,7 @@ fn bind_resource<'q>(
         .bind(&row.create_key)
 }
 
-#[async_trait]
-impl Recorder for PostgresStore {
-    fn store_id(&self) -> &str {
-        &self.id
-    }
-
-    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
-        Ok(self.retry(|_| self.load_once(deployment)).await?)
-    }
-
-    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
-        self.begin_run_in(None, run).await
-    }
-
-    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
-        self.put_resource_in(None, deployment, record).await
-    }
-
-    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
-        self.remove_resource_in(None, deployment, step_id).await
-    }
-
-    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
-        self.finish_run_in(None, run, end).await
-    }
-}
-
-#[async_trait]
-impl FencedWrites for PostgresStore {
-    async fn begin_run_fenced(&self, fence: &Fence, run: &RunStart) -> Result<RunId, StoreError> {
-        self.begin_run_in(Some(fence), run).await
-    }
-
-    async fn put_resource_fenced(&self, fence: &Fence, record: &ResourceRecord) -> Result<(), StoreError> {
-        self.put_resource_in(Some(fence), &fence.deployment, record).await
-    }
-
-    async fn remove_resource_fenced(&self, fence: &Fence, step_id: &str) -> Result<(), StoreError> {
-        self.remove_resource_in(Some(fence), &fence.deployment, step_id).await
-    }
-
-    async fn finish_run_fenced(&self, fence: &Fence, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
-        self.finish_run_in(Some(fence), run, end).await
-    }
-}
+crate::store::recorder_and_fenced_writes!(PostgresStore);
 
 /// Refuses the transaction's write unless `fence` (when given) is the deployment's lease, and
 /// holds the lease row until the transaction ends, so it cannot change hands before the write
@@ -564,8 +519,13 @@ async fn fence_check(tx: &mut PgConnection, fence: Option<&Fence>) -> Result<(),
     }
 }
 
-/// The writes of a run, made under `fence` when given, each in one transaction.
+/// What the `Recorder` and `FencedWrites` impls delegate to: the load, and the writes of a run
+/// (under `fence` when given), each in one transaction.
 impl PostgresStore {
+    async fn load_state(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+        Ok(self.retry(|_| self.load_once(deployment)).await?)
+    }
+
     async fn begin_run_in(&self, fence: Option<&Fence>, run: &RunStart) -> Result<RunId, StoreError> {
         let row = RunRow::started(run, now_ms())?;
         // Only an apply changes which workflow the deployment runs.

@@ -14,10 +14,9 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::store::{Admin, Fence, FencedWrites, Leases};
+use crate::store::{Admin, Fence, Leases};
 use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunRecord};
 use async_trait::async_trait;
-use lyra_core::state::Recorder;
 use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection};
@@ -284,57 +283,19 @@ async fn migrate(path: &Path, conn: &mut SqliteConnection) -> Result<(), Error> 
     })
 }
 
-#[async_trait]
-impl Recorder for SqliteStore {
-    fn store_id(&self) -> &str {
-        &self.id
-    }
+crate::store::recorder_and_fenced_writes!(SqliteStore);
 
-    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+/// What the `Recorder` and `FencedWrites` impls delegate to: the load, and the writes of a run
+/// (under `fence` when given).
+impl SqliteStore {
+    /// The recorded state of a deployment, in one read transaction.
+    async fn load_state(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
         let mut tx = self.reads.begin().await.map_err(Error::from)?;
         let state = load_in(&mut tx, deployment).await?;
         tx.commit().await.map_err(Error::from)?;
         Ok(state)
     }
 
-    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
-        self.begin_run_in(None, run).await
-    }
-
-    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
-        self.put_resource_in(None, deployment, record).await
-    }
-
-    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
-        self.remove_resource_in(None, deployment, step_id).await
-    }
-
-    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
-        self.finish_run_in(None, run, end).await
-    }
-}
-
-#[async_trait]
-impl FencedWrites for SqliteStore {
-    async fn begin_run_fenced(&self, fence: &Fence, run: &RunStart) -> Result<RunId, StoreError> {
-        self.begin_run_in(Some(fence), run).await
-    }
-
-    async fn put_resource_fenced(&self, fence: &Fence, record: &ResourceRecord) -> Result<(), StoreError> {
-        self.put_resource_in(Some(fence), &fence.deployment, record).await
-    }
-
-    async fn remove_resource_fenced(&self, fence: &Fence, step_id: &str) -> Result<(), StoreError> {
-        self.remove_resource_in(Some(fence), &fence.deployment, step_id).await
-    }
-
-    async fn finish_run_fenced(&self, fence: &Fence, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
-        self.finish_run_in(Some(fence), run, end).await
-    }
-}
-
-/// The writes of a run, made under `fence` when given.
-impl SqliteStore {
     async fn begin_run_in(&self, fence: Option<&Fence>, run: &RunStart) -> Result<RunId, StoreError> {
         let row = RunRow::started(run, now_ms())?;
         match self.writer.submit_fenced(Op::BeginRun(row), fence.cloned()).await? {

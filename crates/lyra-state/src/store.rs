@@ -165,3 +165,93 @@ pub trait Admin: Send + Sync {
 pub trait Store: Recorder + Leases + FencedWrites + Admin {}
 
 impl<T: Recorder + Leases + FencedWrites + Admin + ?Sized> Store for T {}
+
+/// The [`Recorder`] and [`FencedWrites`] of a backend, written once for both: they delegate to
+/// the backend's inherent `load_state` and `*_in` writes, which take the fence as an
+/// `Option` (`None`: an unfenced write, for tests and tools that hold no lease).
+macro_rules! recorder_and_fenced_writes {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl lyra_core::state::Recorder for $store {
+            fn store_id(&self) -> &str {
+                &self.id
+            }
+
+            async fn load(
+                &self,
+                deployment: &str,
+            ) -> Result<Option<lyra_core::state::DeploymentState>, lyra_core::state::StoreError> {
+                self.load_state(deployment).await
+            }
+
+            async fn begin_run(
+                &self,
+                run: &lyra_core::state::RunStart,
+            ) -> Result<lyra_core::state::RunId, lyra_core::state::StoreError> {
+                self.begin_run_in(None, run).await
+            }
+
+            async fn put_resource(
+                &self,
+                deployment: &str,
+                record: &lyra_core::state::ResourceRecord,
+            ) -> Result<(), lyra_core::state::StoreError> {
+                self.put_resource_in(None, deployment, record).await
+            }
+
+            async fn remove_resource(
+                &self,
+                deployment: &str,
+                step_id: &str,
+            ) -> Result<(), lyra_core::state::StoreError> {
+                self.remove_resource_in(None, deployment, step_id).await
+            }
+
+            async fn finish_run(
+                &self,
+                run: lyra_core::state::RunId,
+                end: &lyra_core::state::RunEnd,
+            ) -> Result<(), lyra_core::state::StoreError> {
+                self.finish_run_in(None, run, end).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::FencedWrites for $store {
+            async fn begin_run_fenced(
+                &self,
+                fence: &$crate::store::Fence,
+                run: &lyra_core::state::RunStart,
+            ) -> Result<lyra_core::state::RunId, lyra_core::state::StoreError> {
+                self.begin_run_in(Some(fence), run).await
+            }
+
+            async fn put_resource_fenced(
+                &self,
+                fence: &$crate::store::Fence,
+                record: &lyra_core::state::ResourceRecord,
+            ) -> Result<(), lyra_core::state::StoreError> {
+                self.put_resource_in(Some(fence), &fence.deployment, record).await
+            }
+
+            async fn remove_resource_fenced(
+                &self,
+                fence: &$crate::store::Fence,
+                step_id: &str,
+            ) -> Result<(), lyra_core::state::StoreError> {
+                self.remove_resource_in(Some(fence), &fence.deployment, step_id)
+                    .await
+            }
+
+            async fn finish_run_fenced(
+                &self,
+                fence: &$crate::store::Fence,
+                run: lyra_core::state::RunId,
+                end: &lyra_core::state::RunEnd,
+            ) -> Result<(), lyra_core::state::StoreError> {
+                self.finish_run_in(Some(fence), run, end).await
+            }
+        }
+    };
+}
+pub(crate) use recorder_and_fenced_writes;

@@ -35,7 +35,18 @@ fn paused_holder_cannot_write(lyra: &Lyra) {
     // The second: the same steps, quick, with other values.
     lyra.write_workflow("quick", &sleeps_workflow(STEPS, "10ms"));
     lyra.init_state();
-    let args = ["apply", "slow", "--name", "web", "--concurrency", "1", "--lease-ttl", "1s", "-o", "json"];
+    let args = [
+        "apply",
+        "slow",
+        "--name",
+        "web",
+        "--concurrency",
+        "1",
+        "--lease-ttl",
+        "1s",
+        "-o",
+        "json",
+    ];
     let mut first = lyra.spawn("first", &args);
     // Paused mid-run: under its lease, after its first write.
     let started = wait_until(Duration::from_secs(30), || {
@@ -43,7 +54,11 @@ fn paused_holder_cannot_write(lyra: &Lyra) {
             && lyra.run(&["state", "show", "web", "-o", "json"]).code == Some(0)
             && lyra.state("web")["resources"].as_array().is_some_and(|r| !r.is_empty())
     });
-    assert!(started, "the first run never got under way: {:?}", lyra.spawned_output("first"));
+    assert!(
+        started,
+        "the first run never got under way: {:?}",
+        lyra.spawned_output("first")
+    );
     signal(first.id(), "STOP");
 
     // Its lease lapses (nobody renews it), and the second run takes it and finishes.
