@@ -557,6 +557,25 @@ impl PostgresStore {
         Ok(id)
     }
 
+    /// Runs one write statement: alone (one autocommit round trip) without a fence, or in a
+    /// transaction after the fence check with one. Fewer round trips also mean fewer chances
+    /// for a dropped connection to fail a write until its retries run out.
+    async fn write(
+        &self,
+        fence: Option<&Fence>,
+        statement: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<(), Error> {
+        if fence.is_none() {
+            statement.execute(&self.pool).await?;
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        fence_check(&mut tx, fence).await?;
+        statement.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn put_resource_in(
         &self,
         fence: Option<&Fence>,
@@ -565,13 +584,8 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let row = ResourceRow::new(deployment, record, now_ms())?;
         self.retry(|_| async {
-            let mut tx = self.pool.begin().await?;
-            fence_check(&mut tx, fence).await?;
-            bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(())
+            self.write(fence, bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row))
+                .await
         })
         .await?;
         Ok(())
@@ -584,15 +598,10 @@ impl PostgresStore {
         step_id: &str,
     ) -> Result<(), StoreError> {
         self.retry(|_| async {
-            let mut tx = self.pool.begin().await?;
-            fence_check(&mut tx, fence).await?;
-            sqlx::query("DELETE FROM resources WHERE deployment = $1 AND step_id = $2")
+            let remove = sqlx::query("DELETE FROM resources WHERE deployment = $1 AND step_id = $2")
                 .bind(deployment)
-                .bind(step_id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(())
+                .bind(step_id);
+            self.write(fence, remove).await
         })
         .await?;
         Ok(())
