@@ -22,7 +22,7 @@ use lyra_core::report::{Action, Report, Status};
 use lyra_core::state::{Outcome, Recorder, StoreError, StoreErrorKind};
 use lyra_core::value::Value;
 use lyra_host::LoadPath;
-use lyra_state::lease::{self, LeaseError, LeaseOptions, Leased, Ran};
+use lyra_state::lease::{self, LeaseError, LeaseOptions, Leased};
 use lyra_state::{Lease, Store};
 use tokio::sync::watch;
 
@@ -419,17 +419,11 @@ impl Runtime {
         t.status.workflow = Some(name.clone());
         t.status.deployment = Some(deployment.clone());
         let cancel = Arc::new(AtomicBool::new(false));
-        let options = self.lease_options(job, "apply");
         let (tr, cancel_ref, sources_ref) = (&mut *t, &cancel, &sources);
         // The run borrows these; they are used again after it.
         let (deployment, now) = (&deployment, &now);
-        let ran = lease::run_under_lease(
-            &self.store,
-            deployment,
-            &options,
-            &cancel,
-            |_| {},
-            |leased| async move {
+        let ran = self
+            .under_lease(job, "apply", &cancel, |leased| async move {
                 let message = format!("applying workflow {name} to deployment {deployment}");
                 self.start_run(tr, job, &leased, false, now, message).await?;
                 let forward = self.forward_shutdown(cancel_ref);
@@ -439,10 +433,9 @@ impl Runtime {
                     .await;
                 forward.abort();
                 Ok::<_, ReconcileError>(result)
-            },
-        )
-        .await;
-        let (result, kept) = match self.leased(ran) {
+            })
+            .await;
+        let (result, kept) = match ran {
             Ok(ran) => ran,
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, false).await,
             Err(Refusal::Store(message)) => {
@@ -560,17 +553,11 @@ impl Runtime {
         }
         let owner = job.key.owner();
         let cancel = Arc::new(AtomicBool::new(false));
-        let options = self.lease_options(job, "delete");
         let (tr, cancel_ref) = (&mut *t, &cancel);
         // The run borrows these; they are used again after it.
         let (deployment, now) = (&deployment, &now);
-        let ran = lease::run_under_lease(
-            &self.store,
-            deployment,
-            &options,
-            &cancel,
-            |_| {},
-            |leased| async move {
+        let ran = self
+            .under_lease(job, "delete", &cancel, |leased| async move {
                 if job.deletion_policy == DeletionPolicy::Orphan {
                     // Dropping the deployment takes its lease with it: the release finds it gone.
                     return Ok(Cleanup::Orphaned(self.store.drop_deployment(deployment).await));
@@ -594,10 +581,9 @@ impl Runtime {
                     .await;
                 forward.abort();
                 Ok::<_, ReconcileError>(Cleanup::Ran(result))
-            },
-        )
-        .await;
-        let (cleanup, _kept) = match self.leased(ran) {
+            })
+            .await;
+        let (cleanup, _kept) = match ran {
             Ok(ran) => ran,
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, true).await,
             Err(Refusal::Store(message)) => {
@@ -772,24 +758,33 @@ impl Runtime {
         }
     }
 
-    /// How this runtime takes a deployment's lease: refused at once when held (the
-    /// reconcile is requeued for when it expires, see [`Runtime::wait_for_lease`]).
-    fn lease_options(&self, job: &Job, operation: &str) -> LeaseOptions {
-        LeaseOptions {
+    /// Runs `run` under the deployment's lease ([`lease::run_under_lease`]), taken as this
+    /// replica and refused at once when held (the reconcile is then requeued for when it
+    /// expires, see [`Runtime::wait_for_lease`]). Returns what `run` returned and whether the
+    /// lease was still ours at the end, or why it was not taken.
+    async fn under_lease<T, F, Fut>(
+        &self,
+        job: &Job,
+        operation: &str,
+        cancel: &Arc<AtomicBool>,
+        run: F,
+    ) -> Result<(T, bool), Refusal>
+    where
+        F: FnOnce(Leased) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let options = LeaseOptions {
             owner: self.lease_owner(job),
             operation: operation.to_owned(),
             ttl: self.settings.lease_ttl,
             wait: None,
-        }
-    }
-
-    /// What a run under a lease gives the reconcile: the run's value and whether the lease
-    /// was still ours at the end, or why the lease was not taken.
-    fn leased<T>(&self, ran: Result<Ran<T>, LeaseError>) -> Result<(T, bool), Refusal> {
-        let ran = ran.map_err(|e| match e {
-            LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => Refusal::Held(h),
-            LeaseError::Store(_) | LeaseError::Cancelled(_) => Refusal::Store(format!("state store: {e}")),
-        })?;
+        };
+        let ran = lease::run_under_lease(&self.store, &job.key.deployment(), &options, cancel, |_| {}, run)
+            .await
+            .map_err(|e| match e {
+                LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => Refusal::Held(h),
+                LeaseError::Store(_) | LeaseError::Cancelled(_) => Refusal::Store(format!("state store: {e}")),
+            })?;
         if let Err(e) = &ran.released {
             tracing::warn!(error = %e, "could not release the lease; it expires by itself");
         }
