@@ -28,6 +28,8 @@ mod e2e {
     mod docs;
     mod encoding;
     mod failures;
+    #[cfg(unix)]
+    mod fencing;
     mod fuzz;
     mod guards;
     mod hostile_urls;

@@ -13,6 +13,9 @@
 //! binary mean nothing, so this refuses to run as a debug build (`cargo test --benches`).
 //! `LYRA_BENCH_BIN=PATH` measures another `lyra` binary instead (an older build, to compare).
 
+// A benchmark prints its table.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,102 +1,64 @@
-//! Taking a deployment's lease around a command that changes it, with the messages and exit
-//! code (3) that tell a person or a script who holds it.
+//! Running a command that changes a deployment under its lease (through
+//! [`lyra_state::lease::run_under_lease`]), with the messages and exit code (3) that tell a
+//! person or a script who holds it.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use lyra_core::state::{Lease, StateStore};
-use lyra_state::lease::{self, HeldLease, LeaseError, LeaseOptions};
+use lyra_state::lease::{self, LeaseError, LeaseOptions, Leased};
+use lyra_state::{Lease, Store};
 
 use crate::args::LockArgs;
 use crate::exit::{Exit, kind};
 use crate::output::{lease_json, lease_text};
 use crate::{signals, warn};
 
-/// A lease this command holds: renewed while held, and released by a second Ctrl-C too.
-#[derive(Debug)]
-pub struct Held {
-    lease: HeldLease,
-    _abort: signals::Registration,
-}
-
-/// Takes the lease on `deployment` for `operation`, waiting up to `--lock-timeout` (a Ctrl-C
-/// ends the wait). While it is held it is renewed; if it is lost anyway, `cancel` is set so
-/// the run stops scheduling.
-pub async fn take(
-    store: &Arc<dyn StateStore>,
+/// Runs `run` under the lease on `deployment` for `operation`, waiting up to
+/// `--lock-timeout` for it (a Ctrl-C, which sets `cancel`, ends the wait). While held, a
+/// second Ctrl-C releases it; if it is lost anyway, `cancel` is set so the run stops
+/// scheduling, and the run's writes are refused. Returns what `run` returned, and whether the
+/// lease was still ours at the end: `false` when it expired or was broken while we ran, so
+/// someone else may have changed the deployment meanwhile. Failing to release only means the
+/// lease will expire instead, which is worth a warning, not a failure.
+pub async fn under_lease<T, F, Fut>(
+    store: &Arc<dyn Store>,
     deployment: &str,
     operation: &str,
     lock: &LockArgs,
-    cancel: Arc<AtomicBool>,
-) -> Result<Held, Exit> {
-    tokio::select! {
-        taken = acquire(store, deployment, operation, lock, cancel) => {
-            let lease = taken?;
-            let abort = signals::hold(store, lease.lease());
-            Ok(Held { lease, _abort: abort })
-        }
-        () = signals::interrupted() => Err(Exit::interrupted(format!(
-            "interrupted while waiting for the lease on '{deployment}'"
-        ))
-        .with("deployment", deployment)),
-    }
-}
-
-async fn acquire(
-    store: &Arc<dyn StateStore>,
-    deployment: &str,
-    operation: &str,
-    lock: &LockArgs,
-    cancel: Arc<AtomicBool>,
-) -> Result<HeldLease, Exit> {
-    let mut options = LeaseOptions {
+    cancel: &Arc<AtomicBool>,
+    run: F,
+) -> Result<(T, bool), Exit>
+where
+    F: FnOnce(Leased) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let options = LeaseOptions {
         owner: crate::actor(),
         operation: operation.to_owned(),
         ttl: lock.lease_ttl,
-        wait: None,
+        wait: lock.lock_timeout,
     };
-    match lease::acquire(Arc::clone(store), deployment, &options, Arc::clone(&cancel)).await {
-        Ok(held) => return Ok(held),
-        Err(LeaseError::Held(holder)) if lock.lock_timeout.is_some() => {
-            warn(&format!(
-                "waiting up to {} for the lease on '{deployment}': {}\n",
-                humantime::format_duration(lock.lock_timeout.unwrap_or_default()),
-                lease_text(&holder)
-            ));
-        }
-        Err(e) => return Err(refused(deployment, e)),
-    }
-    options.wait = lock.lock_timeout;
-    lease::acquire(Arc::clone(store), deployment, &options, cancel)
-        .await
-        .map_err(|e| refused(deployment, e))
-}
-
-/// Releases the lease. `false` when it was no longer ours: it expired or was broken while we
-/// ran, so someone else may have changed the deployment meanwhile. Failing to release only
-/// means the lease will expire instead, which is worth a warning, not a failure.
-pub async fn release(store: &Arc<dyn StateStore>, held: Held) -> bool {
-    let Held { lease: held, _abort } = held;
-    let ours = held.lease().clone();
-    // Renewing answers "is it still ours?" atomically; only the holder knows the token.
-    let kept = match store.renew_lease(&ours, 1_000).await {
-        Ok(renewed) => renewed.is_some(),
-        // Cannot tell; the release below reports the store problem.
-        Err(_) => true,
-    };
-    if let Err(e) = held.release().await {
+    let on_wait = |holder: &Lease| {
         warn(&format!(
-            "warning: could not release the lease on '{}' ({e}); it expires by itself\n",
-            ours.deployment
+            "waiting up to {} for the lease on '{deployment}': {}\n",
+            humantime::format_duration(lock.lock_timeout.unwrap_or_default()),
+            lease_text(holder)
+        ));
+    };
+    let ran = lease::run_under_lease(store, deployment, &options, cancel, on_wait, |leased| async move {
+        let _abort = signals::hold(store, leased.lease());
+        run(leased).await
+    })
+    .await
+    .map_err(|e| refused(deployment, e))?;
+    if let Err(e) = &ran.released {
+        warn(&format!(
+            "warning: could not release the lease on '{deployment}' ({e}); it expires by itself\n"
         ));
     }
-    kept
-}
-
-/// Forgets a lease that is gone with its deployment (`state migrate` drops both): nothing is
-/// left to release.
-pub fn forget(held: Held) {
-    drop(held);
+    let kept = !ran.lost();
+    Ok((ran.value, kept))
 }
 
 fn refused(deployment: &str, e: LeaseError) -> Exit {
@@ -118,6 +80,24 @@ fn refused(deployment: &str, e: LeaseError) -> Exit {
                 humantime::format_duration(std::time::Duration::from_secs(waited.as_secs()))
             ),
         ),
+        LeaseError::Cancelled(_) => {
+            Exit::interrupted(format!("interrupted while waiting for the lease on '{deployment}'"))
+                .with("deployment", deployment)
+        }
         LeaseError::Store(e) => Exit::state(format!("taking the lease on '{deployment}': {e}")),
     }
+}
+
+/// The run's lease was lost (the renewer saw it, or a fenced write was refused): exit 1,
+/// kind `lease_lost`, naming the deployment.
+pub fn lease_lost(deployment: &str) -> Exit {
+    Exit::new(
+        Exit::FAILURE,
+        kind::LEASE_LOST,
+        format!(
+            "the lease on '{deployment}' was lost during the run (it expired or was broken), so the run \
+             stopped early; another run may have changed the deployment since: check `lyra history {deployment}`"
+        ),
+    )
+    .with("deployment", deployment)
 }

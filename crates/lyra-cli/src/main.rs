@@ -18,11 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use lyra_core::diag::Sources;
-use lyra_core::engine::{Engine, EngineError, Quiet};
+use lyra_core::engine::{Engine, EngineError, Observer, Quiet};
 use lyra_core::graph::Graph;
+use lyra_core::provider::Providers;
 use lyra_core::report::Report;
-use lyra_core::state::StateStore;
+use lyra_core::state::{Recorder, StoreError, StoreErrorKind};
 use lyra_providers::{ProvidersConfig, builtin};
+use lyra_state::Store;
 
 use crate::args::{Cli, Command, GraphFormat, Output, StateCommand};
 use crate::exit::{Exit, kind};
@@ -192,7 +194,7 @@ pub fn state_label(url: Option<&str>) -> String {
 
 /// Opens the state, creating it if needed: for commands that record something new (`apply`,
 /// `state import`, the target of `state migrate`).
-pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> {
+pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn Store>, Exit> {
     lyra_state::open(url.unwrap_or(DEFAULT_STATE))
         .await
         .map_err(|e| Exit::state(format!("{}: {e}", state_label(url))))
@@ -201,7 +203,7 @@ pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> 
 /// Opens the state only if it exists: every command that reads, or changes only what is
 /// already recorded, must not leave a new store behind (a mistyped `--state` would otherwise
 /// create one, and then find nothing in it).
-pub async fn open_existing(url: Option<&str>) -> Result<Arc<dyn StateStore>, Exit> {
+pub async fn open_existing(url: Option<&str>) -> Result<Arc<dyn Store>, Exit> {
     match lyra_state::open_existing(url.unwrap_or(DEFAULT_STATE)).await {
         Ok(store) => Ok(store),
         Err(lyra_state::Error::NoState { .. }) => Err(no_state(url)),
@@ -217,7 +219,7 @@ fn no_state(url: Option<&str>) -> Exit {
 }
 
 /// The deployment is not recorded: exit 1 naming it, with the recorded names closest to it.
-pub async fn unknown_deployment(store: &dyn StateStore, deployment: &str, url: Option<&str>) -> Exit {
+pub async fn unknown_deployment(store: &dyn Store, deployment: &str, url: Option<&str>) -> Exit {
     let known: Vec<String> = store
         .list()
         .await
@@ -311,6 +313,47 @@ fn engine_error(e: EngineError, sources: &Sources) -> Exit {
     }
 }
 
+/// How a run under a lease ends the command: a lease lost during the run (seen by the
+/// renewer, or a write the store refused because the lease was no longer ours) fails it with
+/// `lease_lost`, after the report when there is one.
+fn finish_leased(
+    result: Result<Report, EngineError>,
+    kept: bool,
+    deployment: &str,
+    sources: &Sources,
+    out: Output,
+) -> Result<(), Exit> {
+    let report = match result {
+        Err(EngineError::Store(e)) if fenced(&e) => return Err(locking::lease_lost(deployment)),
+        other => other.map_err(|e| engine_error(e, sources))?,
+    };
+    finish_report(&report, out, false, (!kept).then(|| locking::lease_lost(deployment)))
+}
+
+/// The engine of a command, recording through `store`.
+fn engine<'a>(
+    exec: &args::ExecArgs,
+    providers: &'a Providers,
+    store: &'a dyn Recorder,
+    observer: &'a dyn Observer,
+    sources: &'a Sources,
+    cancel: &'a AtomicBool,
+) -> Engine<'a> {
+    Engine {
+        providers,
+        store,
+        observer,
+        sources,
+        concurrency: exec.concurrency as usize,
+        cancel,
+        hints: &lyra_host::Advice,
+    }
+}
+
+fn fenced(e: &StoreError) -> bool {
+    e.kind == StoreErrorKind::LeaseLost
+}
+
 async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: a.exec.foobernetes_file.clone(),
@@ -319,62 +362,47 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
     let mut sources = Sources::default();
     let program = load::load_program(&loc, providers.schemas(), &mut sources)?;
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
-    let store = if apply {
-        open_state(a.state.as_deref()).await?
-    } else {
+    let deployment = a.name.clone().unwrap_or_else(|| loc.name.clone());
+    let cancel = Arc::new(AtomicBool::new(false));
+    let progress = progress::Progress::new(a.exec.verbose);
+    let observer: &dyn Observer = if apply { &progress } else { &Quiet };
+    if !apply {
         // A plan records nothing: where no state exists yet it plans against an empty one,
-        // and creates none.
-        match open_existing(a.state.as_deref()).await {
+        // and creates none. It changes nothing, so it never waits for (or blocks) a run that
+        // does.
+        let store: Arc<dyn Recorder> = match open_existing(a.state.as_deref()).await {
             Err(e) if e.kind == kind::NO_STATE => Arc::new(lyra_state::EmptyState {
                 location: state_label(a.state.as_deref()),
             }),
             other => other?,
-        }
-    };
-    let deployment = a.name.clone().unwrap_or_else(|| loc.name.clone());
-    let cancel = Arc::new(AtomicBool::new(false));
+        };
+        signals::install(Arc::clone(&cancel), out);
+        let result = engine(&a.exec, &providers, store.as_ref(), observer, &sources, &cancel)
+            .plan(&program, &deployment, &data)
+            .await;
+        progress.finish();
+        let report = result.map_err(|e| engine_error(e, &sources))?;
+        return finish_report(&report, out, true, None);
+    }
+    let store = open_state(a.state.as_deref()).await?;
     signals::install(Arc::clone(&cancel), out);
-    // A plan changes nothing, so it never waits for (or blocks) a run that does.
-    let lease = if apply {
-        Some(locking::take(&store, &deployment, "apply", &a.exec.lock, Arc::clone(&cancel)).await?)
-    } else {
-        None
-    };
-    let progress = progress::Progress::new(a.exec.verbose);
-    let quiet = Quiet;
-    let engine = Engine {
-        providers: &providers,
-        store: store.as_ref(),
-        observer: if apply { &progress } else { &quiet },
-        sources: &sources,
-        concurrency: a.exec.concurrency as usize,
-        cancel: &cancel,
-        hints: &lyra_host::Advice,
-    };
-    let result = if apply {
-        engine.apply(&program, &deployment, &data, &actor()).await
-    } else {
-        engine.plan(&program, &deployment, &data).await
-    };
-    progress.finish();
-    let kept = match lease {
-        Some(held) => locking::release(&store, held).await,
-        None => true,
-    };
-    let report = result.map_err(|e| engine_error(e, &sources))?;
-    finish_report(&report, out, !apply, (!kept).then(|| lease_lost(&deployment)))
-}
-
-fn lease_lost(deployment: &str) -> Exit {
-    Exit::new(
-        Exit::FAILURE,
-        kind::LEASE_LOST,
-        format!(
-            "the lease on '{deployment}' was lost during the run (it expired or was broken), so the run \
-             stopped early; another run may have changed the deployment since: check `lyra history {deployment}`"
-        ),
+    let (program, data, name) = (&program, &data, &deployment);
+    let (providers, sources_ref, cancel_ref) = (&providers, &sources, &cancel);
+    let (result, kept) = locking::under_lease(
+        &store,
+        &deployment,
+        "apply",
+        &a.exec.lock,
+        &cancel,
+        |leased| async move {
+            engine(&a.exec, providers, leased.recorder(), observer, sources_ref, cancel_ref)
+                .apply(program, name, data, &actor())
+                .await
+        },
     )
-    .with("deployment", deployment)
+    .await?;
+    progress.finish();
+    finish_leased(result, kept, &deployment, &sources, out)
 }
 
 async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
@@ -390,34 +418,39 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
     }
     let cancel = Arc::new(AtomicBool::new(false));
     signals::install(Arc::clone(&cancel), out);
-    let lease = if a.dry_run {
-        None
-    } else {
-        Some(locking::take(&store, &a.deployment, "delete", &a.exec.lock, Arc::clone(&cancel)).await?)
-    };
     let progress = progress::Progress::new(a.exec.verbose);
     let sources = Sources::default();
-    let engine = Engine {
-        providers: &providers,
-        store: store.as_ref(),
-        observer: &progress,
-        sources: &sources,
-        concurrency: a.exec.concurrency as usize,
-        cancel: &cancel,
-        hints: &lyra_host::Advice,
-    };
-    let result = if a.dry_run {
-        engine.plan_delete(&a.deployment).await
-    } else {
-        engine.delete(&a.deployment, &actor()).await
-    };
+    if a.dry_run {
+        let result = engine(&a.exec, &providers, store.as_ref(), &progress, &sources, &cancel)
+            .plan_delete(&a.deployment)
+            .await;
+        progress.finish();
+        let report = result.map_err(|e| engine_error(e, &sources))?;
+        return finish_report(&report, out, true, None);
+    }
+    let (providers, progress_ref, sources_ref, cancel_ref) = (&providers, &progress, &sources, &cancel);
+    let (result, kept) = locking::under_lease(
+        &store,
+        &a.deployment,
+        "delete",
+        &a.exec.lock,
+        &cancel,
+        |leased| async move {
+            engine(
+                &a.exec,
+                providers,
+                leased.recorder(),
+                progress_ref,
+                sources_ref,
+                cancel_ref,
+            )
+            .delete(&a.deployment, &actor())
+            .await
+        },
+    )
+    .await?;
     progress.finish();
-    let kept = match lease {
-        Some(held) => locking::release(&store, held).await,
-        None => true,
-    };
-    let report = result.map_err(|e| engine_error(e, &sources))?;
-    finish_report(&report, out, a.dry_run, (!kept).then(|| lease_lost(&a.deployment)))
+    finish_leased(result, kept, &a.deployment, &sources, out)
 }
 
 fn graph(a: &args::GraphArgs, out: Output) -> Result<(), Exit> {

@@ -5,10 +5,9 @@ use std::fmt::Write as _;
 
 use lyra_core::diag::{Diagnostics, Sources};
 use lyra_core::report::{Action, AttrChange, Mode, Report, Status, StepReport};
-use lyra_core::state::{
-    ChangeCounts, DeploymentState, DeploymentSummary, Lease, ResourceRecord, RunRecord, UnreadableRecord,
-};
+use lyra_core::state::{ChangeCounts, DeploymentState, ResourceRecord, UnreadableRecord};
 use lyra_core::value::{Map, Value, short};
+use lyra_state::{DeploymentSummary, Lease, RunRecord};
 use serde::Serialize;
 
 // Times and leases read the same in messages from the CLI and from the state's lease keeper.

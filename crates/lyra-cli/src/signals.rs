@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lyra_core::state::{Lease, StateStore};
-use tokio::sync::Notify;
+use lyra_state::{Lease, Store};
 
 use crate::args::Output;
 use crate::exit::Exit;
@@ -24,11 +23,9 @@ use crate::warn;
 pub const RELEASE_WITHIN: Duration = Duration::from_millis(1500);
 
 /// A lease held right now: registration id, its store, the lease.
-type Held = (u64, Arc<dyn StateStore>, Lease);
+type Held = (u64, Arc<dyn Store>, Lease);
 static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-static FIRST: Notify = Notify::const_new();
 
 /// Starts listening: the first signal sets `cancel`, the second aborts (see the module docs).
 /// Under `-o json` the abort prints the error document, unless a document was printed already.
@@ -39,8 +36,6 @@ pub fn install(cancel: Arc<AtomicBool>, output: Output) {
         };
         let name = signals.next().await;
         cancel.store(true, Ordering::SeqCst);
-        INTERRUPTED.store(true, Ordering::SeqCst);
-        FIRST.notify_waiters();
         warn(&format!(
             "\ninterrupted ({name}): waiting for running steps to finish and be recorded \
              (send it again to abort at once)\n"
@@ -50,21 +45,8 @@ pub fn install(cancel: Arc<AtomicBool>, output: Output) {
     });
 }
 
-/// Resolves once the first signal has arrived.
-pub async fn interrupted() {
-    loop {
-        let notified = FIRST.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            return;
-        }
-        notified.await;
-    }
-}
-
 /// Keeps `lease` on the list the second signal releases, until the guard is dropped.
-pub fn hold(store: &Arc<dyn StateStore>, lease: &Lease) -> Registration {
+pub fn hold(store: &Arc<dyn Store>, lease: &Lease) -> Registration {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     held().push((id, Arc::clone(store), lease.clone()));
     Registration(id)
@@ -86,10 +68,10 @@ fn held() -> std::sync::MutexGuard<'static, Vec<Held>> {
 }
 
 async fn abort(signal: &str, output: Output) -> ! {
-    let leases: Vec<(Arc<dyn StateStore>, Lease)> = held().iter().map(|(_, s, l)| (Arc::clone(s), l.clone())).collect();
+    let leases: Vec<(Arc<dyn Store>, Lease)> = held().iter().map(|(_, s, l)| (Arc::clone(s), l.clone())).collect();
     let releases = leases.iter().map(|(store, lease)| async move {
         let released = tokio::time::timeout(RELEASE_WITHIN, store.release_lease(lease)).await;
-        (lease, matches!(released, Ok(Ok(()))))
+        (lease, matches!(released, Ok(Ok(_))))
     });
     let mut lines = Vec::new();
     // Side by side: the whole abort waits at most one timeout.

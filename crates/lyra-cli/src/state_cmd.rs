@@ -3,11 +3,10 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentExport, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StateStore,
-    StoreError, UnreadableRecord,
-};
+use lyra_core::state::{ResourceRecord, StoreError, UnreadableRecord};
 use lyra_providers::{ProvidersConfig, builtin};
+use lyra_state::admin::{self, AdminError};
+use lyra_state::{DeploymentExport, Store};
 
 use crate::args::{self, Output};
 use crate::exit::{Exit, kind};
@@ -153,35 +152,41 @@ pub async fn history(a: &args::HistoryArgs, out: Output) -> Result<(), Exit> {
     ))
 }
 
-/// Records a state edit (rm, unlock, import) in the history as a finished run.
-async fn record_edit(
-    store: &dyn StateStore,
-    deployment: &str,
-    workflow: Option<String>,
-    operation: Operation,
-    changes: Vec<ChangeRecord>,
-    note: String,
-) -> Result<(), StoreError> {
-    let run = store
-        .begin_run(&RunStart {
-            deployment: deployment.to_owned(),
-            workflow,
-            operation,
-            actor: actor(),
-        })
-        .await?;
-    store
-        .finish_run(
-            run,
-            &RunEnd {
-                outcome: Outcome::Succeeded,
-                counts: ChangeCounts::default(),
-                changes,
-                error: None,
-                note: Some(note),
-            },
+/// An administrative edit that was not made, as the command's exit.
+async fn admin_error(e: AdminError, store: &dyn Store, url: Option<&str>) -> Exit {
+    match e {
+        AdminError::Store(e) => state_error(e),
+        AdminError::NotFound(deployment) => unknown_deployment(store, &deployment, url).await,
+        AdminError::NoSuchStep {
+            deployment,
+            step,
+            recorded,
+        } => {
+            let near = crate::near_names(&step, recorded.iter().map(String::as_str));
+            Exit::new(
+                Exit::FAILURE,
+                kind::NOT_FOUND,
+                format!(
+                    "deployment '{deployment}' has no step '{step}' (recorded: {})",
+                    if recorded.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        recorded.join(", ")
+                    }
+                ),
+            )
+            .with("deployment", &deployment)
+            .with("step", &step)
+            .with("did_you_mean", near)
+        }
+        AdminError::Exists(name) => Exit::new(
+            Exit::FAILURE,
+            kind::CONFLICT,
+            format!("deployment '{name}' already exists here; use --replace to overwrite it"),
         )
-        .await
+        .with("deployment", &name),
+        e @ (AdminError::Unreadable { .. } | AdminError::CopyDiffers(_)) => Exit::failure(e.to_string()),
+    }
 }
 
 pub async fn rm(a: &args::StateRmArgs, out: Output) -> Result<(), Exit> {
@@ -193,99 +198,42 @@ pub async fn rm(a: &args::StateRmArgs, out: Output) -> Result<(), Exit> {
     }
     let cancel = Arc::new(AtomicBool::new(false));
     signals::install(Arc::clone(&cancel), out);
-    let held = locking::take(&store, &a.deployment, "state rm", &a.lock, cancel).await?;
-    let result = rm_locked(store.as_ref(), a).await;
-    locking::release(&store, held).await;
-    let forgotten = result?;
+    let actor = actor();
+    let (result, _kept) = locking::under_lease(
+        &store,
+        &a.deployment,
+        "state rm",
+        &a.lock,
+        &cancel,
+        |leased| async move { admin::forget(leased.recorder(), &a.deployment, &a.steps, &actor).await },
+    )
+    .await?;
+    let forgotten = match result {
+        Ok(forgotten) => forgotten,
+        Err(e) => return Err(admin_error(e, store.as_ref(), url).await),
+    };
     if out == Output::Json {
         return json(&serde_json::json!({"deployment": a.deployment, "forgotten": forgotten}));
     }
     print(&forgotten.iter().map(|s| format!("forgot {s}\n")).collect::<String>())
 }
 
-async fn rm_locked(store: &dyn StateStore, a: &args::StateRmArgs) -> Result<Vec<String>, Exit> {
-    let url = a.state.state.as_deref();
-    // Again under the lease: it may have been dropped (migrated away) since the check.
-    let Some(state) = store.load(&a.deployment).await.map_err(state_error)? else {
-        return Err(unknown_deployment(store, &a.deployment, url).await);
-    };
-    let mut forget: Vec<String> = Vec::new();
-    // Unreadable records can be forgotten too: that is how they are repaired.
-    let recorded: Vec<&str> = state
-        .resources
-        .iter()
-        .map(|r| r.step_id.as_str())
-        .chain(state.unreadable.iter().map(|u| u.step_id.as_str()))
-        .collect();
-    for step in &a.steps {
-        let under = format!("{step}/");
-        let matched: Vec<&str> = recorded
-            .iter()
-            .copied()
-            .filter(|id| id == step || id.starts_with(&under))
-            .collect();
-        if matched.is_empty() {
-            let known = &recorded;
-            let near = crate::near_names(step, known.iter().copied());
-            return Err(Exit::new(
-                Exit::FAILURE,
-                kind::NOT_FOUND,
-                format!(
-                    "deployment '{}' has no step '{step}' (recorded: {})",
-                    a.deployment,
-                    if known.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            )
-            .with("deployment", &a.deployment)
-            .with("step", step)
-            .with("did_you_mean", near));
-        }
-        forget.extend(matched.into_iter().map(str::to_owned));
-    }
-    forget.sort();
-    forget.dedup();
-    for step in &forget {
-        store.remove_resource(&a.deployment, step).await.map_err(state_error)?;
-    }
-    let changes = forget
-        .iter()
-        .map(|s| ChangeRecord {
-            step_id: s.clone(),
-            action: "forget".to_owned(),
-            error: None,
-        })
-        .collect();
-    let note = format!("forgot {} resource(s) without deleting them", forget.len());
-    record_edit(
-        store,
-        &a.deployment,
-        state.workflow.clone(),
-        Operation::Forget,
-        changes,
-        note,
-    )
-    .await
-    .map_err(state_error)?;
-    Ok(forget)
-}
-
 /// `lyra state unlock D`: shows the holder; with `--force`, breaks the lease.
 pub async fn unlock(a: &args::StateUnlockArgs, out: Output) -> Result<(), Exit> {
     let url = a.state.state.as_deref();
     let store = open_existing(url).await?;
-    let recorded = store.load(&a.deployment).await.map_err(state_error)?;
     // A deployment's first run takes the lease before it is recorded: a lease alone is enough
     // to know the name.
-    let lease = if a.force {
-        store.break_lease(&a.deployment).await.map_err(state_error)?
+    let (lease, recorded) = if a.force {
+        let unlocked = admin::unlock(store.as_ref(), &a.deployment, &actor())
+            .await
+            .map_err(state_error)?;
+        (unlocked.lease, unlocked.recorded)
     } else {
-        store.lease(&a.deployment).await.map_err(state_error)?
+        let recorded = store.load(&a.deployment).await.map_err(state_error)?.is_some();
+        (store.lease(&a.deployment).await.map_err(state_error)?, recorded)
     };
-    if recorded.is_none() && lease.is_none() {
+    if !recorded && lease.is_none() {
         return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
     }
     let text = match (&lease, a.force) {
@@ -298,30 +246,12 @@ pub async fn unlock(a: &args::StateUnlockArgs, out: Output) -> Result<(), Exit> 
             lease_text(l),
             a.deployment
         ),
-        (Some(l), true) => {
-            let note = format!("broke the lease: {}", lease_text(l));
-            match &recorded {
-                Some(d) => {
-                    record_edit(
-                        store.as_ref(),
-                        &a.deployment,
-                        d.workflow.clone(),
-                        Operation::Unlock,
-                        vec![],
-                        note,
-                    )
-                    .await
-                    .map_err(state_error)?;
-                    format!("unlocked '{}': {}\n", a.deployment, lease_text(l))
-                }
-                // Recording it would create the deployment: its first run never got that far.
-                None => format!(
-                    "unlocked '{}': {} (no run of it was recorded, so there is no history to keep this in)\n",
-                    a.deployment,
-                    lease_text(l)
-                ),
-            }
-        }
+        (Some(l), true) if recorded => format!("unlocked '{}': {}\n", a.deployment, lease_text(l)),
+        (Some(l), true) => format!(
+            "unlocked '{}': {} (no run of it was recorded, so there is no history to keep this in)\n",
+            a.deployment,
+            lease_text(l)
+        ),
     };
     if out == Output::Json {
         return json(&serde_json::json!({
@@ -335,7 +265,7 @@ pub async fn unlock(a: &args::StateUnlockArgs, out: Output) -> Result<(), Exit> 
 
 /// The named deployments, or all of them. Every name must be recorded: checked before any
 /// is exported or moved, so a typo in the last name does nothing half-way.
-async fn chosen(store: &dyn StateStore, names: &[String], url: Option<&str>) -> Result<Vec<String>, Exit> {
+async fn chosen(store: &dyn Store, names: &[String], url: Option<&str>) -> Result<Vec<String>, Exit> {
     let all: Vec<String> = store
         .list()
         .await
@@ -352,7 +282,7 @@ async fn chosen(store: &dyn StateStore, names: &[String], url: Option<&str>) -> 
     Ok(names.to_vec())
 }
 
-async fn export_one(store: &dyn StateStore, deployment: &str, url: Option<&str>) -> Result<DeploymentExport, Exit> {
+async fn export_one(store: &dyn Store, deployment: &str, url: Option<&str>) -> Result<DeploymentExport, Exit> {
     match store.export(deployment).await.map_err(state_error)? {
         Some(export) => Ok(export),
         None => Err(unknown_deployment(store, deployment, url).await),
@@ -470,9 +400,17 @@ pub async fn import(a: &args::StateImportArgs, out: Output) -> Result<(), Exit> 
                 Exit::interrupted("interrupted: the deployments listed were imported").with("imported", imported)
             );
         }
-        write_deployment(&store, export, a.replace, &a.lock, &source)
-            .await
-            .map_err(|e| e.with("imported", &imported))?;
+        write_deployment(
+            &store,
+            export,
+            a.replace,
+            &a.lock,
+            &source,
+            a.state.state.as_deref(),
+            &cancel,
+        )
+        .await
+        .map_err(|e| e.with("imported", &imported))?;
         imported.push(moved_json(export));
     }
     if out == Output::Json {
@@ -489,38 +427,25 @@ pub async fn import(a: &args::StateImportArgs, out: Output) -> Result<(), Exit> 
 /// Writes one exported deployment into `store` under its lease, refusing to overwrite unless
 /// `replace`, and notes where it came from in its history.
 async fn write_deployment(
-    store: &Arc<dyn StateStore>,
+    store: &Arc<dyn Store>,
     export: &DeploymentExport,
     replace: bool,
     lock: &args::LockArgs,
     source: &str,
+    url: Option<&str>,
+    cancel: &Arc<AtomicBool>,
 ) -> Result<(), Exit> {
     let name = &export.state.name;
-    let held = locking::take(store, name, "import", lock, Arc::new(AtomicBool::new(false))).await?;
-    let result = async {
-        if !replace && store.load(name).await.map_err(state_error)?.is_some() {
-            return Err(Exit::new(
-                Exit::FAILURE,
-                kind::CONFLICT,
-                format!("deployment '{name}' already exists here; use --replace to overwrite it"),
-            )
-            .with("deployment", name));
-        }
-        store.import(export).await.map_err(state_error)?;
-        record_edit(
-            store.as_ref(),
-            name,
-            export.state.workflow.clone(),
-            Operation::Import,
-            vec![],
-            source.to_owned(),
-        )
-        .await
-        .map_err(state_error)
+    let actor = actor();
+    // A Ctrl-C ends a wait for the lease; once held, the write is whole or not there.
+    let (result, _kept) = locking::under_lease(store, name, "import", lock, cancel, |leased| async move {
+        admin::import(store.as_ref(), leased.recorder(), export, replace, &actor, source).await
+    })
+    .await?;
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => Err(admin_error(e, store.as_ref(), url).await),
     }
-    .await;
-    locking::release(store, held).await;
-    result
 }
 
 pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit> {
@@ -541,12 +466,7 @@ pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit
             from.store_id()
         )));
     }
-    // Never the URL as given: it may hold a password, and notes are exported and copied.
-    let source = format!(
-        "migrated from {} (store {})",
-        lyra_state::redact_url(&a.from),
-        from.store_id()
-    );
+    let source = admin::migration_note(&a.from, from.as_ref());
     let mut moved = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
     for name in names {
@@ -572,16 +492,11 @@ pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit
         }
         // The source stays locked until the copy is checked and the original dropped, so no
         // run changes it half-way through the move.
-        let held = locking::take(&from, &name, "migrate", &a.lock, Arc::new(AtomicBool::new(false)))
-            .await
-            .map_err(|e| e.with("moved", &moved))?;
-        let result = migrate_one(&from, &to, &name, a, &source).await;
-        if a.keep_source || result.is_err() {
-            locking::release(&from, held).await;
-        } else {
-            // Dropping the deployment removed its lease too.
-            locking::forget(held);
-        }
+        let (result, _kept) = locking::under_lease(&from, &name, "migrate", &a.lock, &cancel, |_| {
+            migrate_one(&from, &to, &name, a, &source, &cancel)
+        })
+        .await
+        .map_err(|e| e.with("moved", &moved))?;
         let count = result.map_err(|e| e.with("moved", &moved))?;
         if out == Output::Text {
             print(&format!("moved {name} ({count} resources)\n"))?;
@@ -603,28 +518,25 @@ pub async fn migrate(a: &args::StateMigrateArgs, out: Output) -> Result<(), Exit
     Ok(())
 }
 
+/// Copies one deployment, checks the copy, and drops the source (unless `--keep-source`).
+/// Run under the source's lease (dropping the deployment removes the lease too).
 async fn migrate_one(
-    from: &Arc<dyn StateStore>,
-    to: &Arc<dyn StateStore>,
+    from: &Arc<dyn Store>,
+    to: &Arc<dyn Store>,
     name: &str,
     a: &args::StateMigrateArgs,
     source: &str,
+    cancel: &Arc<AtomicBool>,
 ) -> Result<usize, Exit> {
-    let export = export_one(from.as_ref(), name, Some(&a.from)).await?;
     // Checked again under the lease: a record may have gone bad since.
-    if !export.state.unreadable.is_empty() {
-        return Err(Exit::failure(lyra_core::state::unreadable_message(
-            name,
-            &export.state.unreadable,
-        )));
-    }
-    write_deployment(to, &export, a.replace, &a.lock, source).await?;
+    let export = match admin::export_whole(from.as_ref(), name).await {
+        Ok(export) => export,
+        Err(e) => return Err(admin_error(e, from.as_ref(), Some(&a.from)).await),
+    };
+    write_deployment(to, &export, a.replace, &a.lock, source, Some(&a.to), cancel).await?;
     // Check the copy before dropping the original: same resources, same history.
-    let copy = export_one(to.as_ref(), name, Some(&a.to)).await?;
-    if copy.state.resources != export.state.resources || copy.history.len() < export.history.len() {
-        return Err(Exit::failure(format!(
-            "deployment '{name}': the copy in the target differs from the source; the source is left as it was"
-        )));
+    if let Err(e) = admin::verify_copy(to.as_ref(), &export).await {
+        return Err(admin_error(e, to.as_ref(), Some(&a.to)).await);
     }
     if !a.keep_source {
         from.drop_deployment(name).await.map_err(state_error)?;

@@ -2,10 +2,9 @@
 //! document, separate from the store's rows and the engine's types, so either can change
 //! without breaking files people keep.
 
-use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentExport, DeploymentState, Operation, Outcome, ResourceRecord, RunRecord,
-};
+use lyra_core::state::{ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord};
 use lyra_core::value::Map;
+use lyra_state::{DeploymentExport, RunRecord};
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT: &str = "lyra-state";

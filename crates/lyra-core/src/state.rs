@@ -1,5 +1,6 @@
-//! The `StateStore` trait: where the engine records what it manages. Implementations live in
-//! `lyra-state` (SQLite, later Postgres); the engine only sees these types.
+//! The [`Recorder`] trait: where the engine records a run and what it manages. Implementations
+//! live in `lyra-state` (SQLite, Postgres), which also owns everything a run does not need:
+//! leases, listing, history, export/import. The engine only sees these types.
 //!
 //! State is keyed by *deployment* (a CLI deployment name, or `k8s/<namespace>/<name>`), never
 //! by workflow name alone, so two deployments of one workflow never touch each other.
@@ -208,86 +209,6 @@ pub struct RunEnd {
 /// Identifier of a run in the history.
 pub type RunId = i64;
 
-/// A run as kept in the history.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunRecord {
-    pub id: RunId,
-    pub deployment: String,
-    pub workflow: Option<String>,
-    pub operation: Operation,
-    pub actor: String,
-    /// Unix time in milliseconds.
-    pub started_at: i64,
-    pub finished_at: Option<i64>,
-    /// `None` while running, or when the run never finished (a crash).
-    pub outcome: Option<Outcome>,
-    pub counts: ChangeCounts,
-    pub changes: Vec<ChangeRecord>,
-    pub error: Option<String>,
-    pub note: Option<String>,
-}
-
-/// One line of `lyra state list`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeploymentSummary {
-    pub name: String,
-    pub workflow: Option<String>,
-    pub resources: usize,
-    pub last_run: Option<RunRecord>,
-    /// The lease, while someone holds it (expired leases are not shown).
-    pub lease: Option<Lease>,
-}
-
-/// A lease on one deployment: while it is held, only its holder applies, deletes or edits the
-/// deployment's state. Leases live in the state store, so they work across processes and
-/// machines; the holder renews it while it runs, and a crashed holder's lease expires.
-///
-/// Times are Unix milliseconds on the *store's* clock (the database server's for Postgres), so
-/// holders on machines with skewed clocks still agree on expiry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    pub deployment: String,
-    /// Who holds it: `user@host` for the CLI, `controller/<namespace>/<name>` for the controller.
-    pub owner: String,
-    /// What the holder is doing: `apply`, `delete`, `state rm`, …
-    pub operation: String,
-    /// When it was first acquired.
-    pub since: i64,
-    /// When it lapses unless renewed.
-    pub expires: i64,
-    /// A random value only the holder knows: renewing or releasing needs it, so a holder whose
-    /// lease was broken and re-taken cannot release its successor's.
-    pub token: String,
-}
-
-/// A request to take (or renew) a lease.
-#[derive(Debug, Clone)]
-pub struct LeaseRequest {
-    pub deployment: String,
-    pub owner: String,
-    pub operation: String,
-    pub token: String,
-    /// How long the lease lasts from now unless renewed.
-    pub ttl_ms: i64,
-}
-
-/// The answer to a [`LeaseRequest`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseGrant {
-    /// The caller holds the lease now.
-    Acquired(Lease),
-    /// Someone else holds it.
-    Held(Lease),
-}
-
-/// A deployment's state as moved by `lyra state export/import/migrate`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeploymentExport {
-    pub state: DeploymentState,
-    /// Oldest first.
-    pub history: Vec<RunRecord>,
-}
-
 /// What kind of store failure this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreErrorKind {
@@ -297,6 +218,10 @@ pub enum StoreErrorKind {
     Corrupt,
     /// Someone else changed the data first.
     Conflict,
+    /// The write was refused because the lease it was made under is no longer current: the
+    /// run lost its lease (it expired and was taken, or was broken), and another run may own
+    /// the deployment now. Nothing of the write was kept.
+    LeaseLost,
     Other,
 }
 
@@ -332,13 +257,15 @@ impl StoreError {
     }
 }
 
-/// Where the engine records what it manages.
+/// Where the engine records a run and what it manages: what it reads before the run and the
+/// writes of the run, nothing else.
 ///
 /// Every write must be durable when the returned future resolves: the engine starts the
 /// dependents of a step only after its outcome is recorded, so a crash loses nothing.
-/// Implementations may batch concurrent writes into one commit.
+/// Implementations may batch concurrent writes into one commit. A recorder bound to a lease
+/// refuses every write once the lease is no longer current ([`StoreErrorKind::LeaseLost`]).
 #[async_trait]
-pub trait StateStore: Send + Sync {
+pub trait Recorder: Send + Sync {
     /// The store's identity: random, made with the store, never changed. Idempotency keys
     /// begin with it (see [`crate::provider::idempotency_key`]); it is not exported.
     fn store_id(&self) -> &str;
@@ -357,37 +284,4 @@ pub trait StateStore: Send + Sync {
 
     /// Records the end of a run.
     async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError>;
-
-    /// Every deployment, sorted by name.
-    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError>;
-
-    /// A deployment's runs, newest first.
-    async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError>;
-
-    /// Takes the deployment's lease if it is free, expired, or already held with the same token
-    /// (which renews it); otherwise reports the holder. Atomic across processes.
-    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError>;
-
-    /// Extends a held lease by `ttl_ms` from now. `None`: it is no longer ours (it expired and
-    /// someone else took it, or it was broken).
-    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError>;
-
-    /// Releases a lease if it is still ours; releasing a lost lease is not an error.
-    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
-
-    /// The deployment's unexpired lease, if any.
-    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError>;
-
-    /// Removes the deployment's lease whoever holds it (expired or not) and returns it.
-    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError>;
-
-    /// Everything recorded about a deployment, history included, for export.
-    async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError>;
-
-    /// Writes an exported deployment in one transaction: its resources replace any recorded
-    /// ones, its history is appended (with new run ids, in order).
-    async fn import(&self, export: &DeploymentExport) -> Result<(), StoreError>;
-
-    /// Drops a deployment with its resources, history and lease. `false` if it did not exist.
-    async fn drop_deployment(&self, deployment: &str) -> Result<bool, StoreError>;
 }

@@ -19,10 +19,11 @@ use lyra_core::engine::{Engine, EngineError, Quiet};
 use lyra_core::program::Program;
 use lyra_core::provider::Providers;
 use lyra_core::report::{Action, Report, Status};
-use lyra_core::state::{Lease, Outcome, StateStore};
+use lyra_core::state::{Outcome, Recorder, StoreError, StoreErrorKind};
 use lyra_core::value::Value;
 use lyra_host::LoadPath;
-use lyra_state::lease::{self, HeldLease, LeaseError, LeaseOptions};
+use lyra_state::lease::{self, LeaseError, LeaseOptions, Leased};
+use lyra_state::{Lease, Store};
 use tokio::sync::watch;
 
 use crate::crd::{DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
@@ -273,7 +274,7 @@ pub enum Decision {
 /// Runs jobs against the providers and the shared state.
 pub struct Runtime {
     providers: Arc<Providers>,
-    store: Arc<dyn StateStore>,
+    store: Arc<dyn Store>,
     settings: Settings,
     load_path: LoadPath,
     metrics: Arc<Metrics>,
@@ -320,12 +321,7 @@ impl<'r> Tracker<'r> {
 }
 
 impl Runtime {
-    pub fn new(
-        providers: Arc<Providers>,
-        store: Arc<dyn StateStore>,
-        settings: Settings,
-        metrics: Arc<Metrics>,
-    ) -> Runtime {
+    pub fn new(providers: Arc<Providers>, store: Arc<dyn Store>, settings: Settings, metrics: Arc<Metrics>) -> Runtime {
         Runtime {
             providers,
             store,
@@ -341,7 +337,7 @@ impl Runtime {
         &self.metrics
     }
 
-    pub fn store(&self) -> &Arc<dyn StateStore> {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -423,8 +419,24 @@ impl Runtime {
         t.status.workflow = Some(name.clone());
         t.status.deployment = Some(deployment.clone());
         let cancel = Arc::new(AtomicBool::new(false));
-        let held = match self.take_lease(job, "apply", &cancel).await {
-            Ok(held) => held,
+        let (tr, cancel_ref, sources_ref) = (&mut *t, &cancel, &sources);
+        // The run borrows these; they are used again after it.
+        let (deployment, now) = (&deployment, &now);
+        let ran = self
+            .under_lease(job, "apply", &cancel, |leased| async move {
+                let message = format!("applying workflow {name} to deployment {deployment}");
+                self.start_run(tr, job, &leased, false, now, message).await?;
+                let forward = self.forward_shutdown(cancel_ref);
+                let result = self
+                    .engine(leased.recorder(), sources_ref, cancel_ref)
+                    .apply(&program, deployment, &data, &owner)
+                    .await;
+                forward.abort();
+                Ok::<_, ReconcileError>(result)
+            })
+            .await;
+        let (result, kept) = match ran {
+            Ok(ran) => ran,
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, false).await,
             Err(Refusal::Store(message)) => {
                 return self
@@ -432,40 +444,18 @@ impl Runtime {
                     .await;
             }
         };
-        t.status.lease_holder = Some(held.lease().owner.clone());
-        judge(
-            &mut t.status,
-            &Verdict::Running { deleting: false },
-            job.generation,
-            &now,
-        );
-        if let Err(e) = t.flush().await {
-            let _ = release(&self.store, held).await;
-            return Err(e);
-        }
-        t.reporter
-            .publish(note(
-                false,
-                "Applying",
-                "Apply",
-                format!("applying workflow {name} to deployment {deployment}"),
-            ))
-            .await;
-
-        let forward = self.forward_shutdown(&cancel);
-        let engine = Engine {
-            providers: &self.providers,
-            store: self.store.as_ref(),
-            observer: &Quiet,
-            sources: &sources,
-            concurrency: self.settings.concurrency,
-            cancel: &cancel,
-            hints: &lyra_host::Advice,
-        };
-        let result = engine.apply(&program, &deployment, &data, &owner).await;
-        forward.abort();
-        let kept = release(&self.store, held).await;
         t.status.lease_holder = None;
+        // A write refused because the lease was no longer ours is a lost lease, not a store
+        // failure.
+        let result = match result? {
+            Err(EngineError::Store(e)) if fenced(&e) => {
+                tracing::warn!(deployment = %deployment, error = %e, "a write was refused: the lease was lost");
+                return self
+                    .retry(job, t, "Interrupted", LEASE_LOST.to_owned(), Phase::Failed, true)
+                    .await;
+            }
+            other => other,
+        };
 
         let mut report = match result {
             Ok(r) => r,
@@ -497,7 +487,7 @@ impl Runtime {
         if report.outcome == Outcome::Succeeded && kept {
             (t.status.returns, t.status.returns_omitted) = status::fit_returns(&report, status::RETURNS_BUDGET);
             t.status.last_handled_reconcile_at = job.requested_at.clone();
-            judge(&mut t.status, &Verdict::Applied, job.generation, &now);
+            judge(&mut t.status, &Verdict::Applied, job.generation, now);
             self.remember(job, MemoOutcome::Applied);
             t.flush().await?;
             t.reporter
@@ -514,7 +504,7 @@ impl Runtime {
             let why = if kept {
                 "the run was interrupted (the controller is shutting down); it resumes on the next run"
             } else {
-                "the deployment's lease was lost during the run (expired or broken); it resumes on the next run"
+                LEASE_LOST
             };
             return self
                 .retry(job, t, "Interrupted", why.to_owned(), Phase::Failed, true)
@@ -563,8 +553,38 @@ impl Runtime {
         }
         let owner = job.key.owner();
         let cancel = Arc::new(AtomicBool::new(false));
-        let held = match self.take_lease(job, "delete", &cancel).await {
-            Ok(held) => held,
+        let (tr, cancel_ref) = (&mut *t, &cancel);
+        // The run borrows these; they are used again after it.
+        let (deployment, now) = (&deployment, &now);
+        let ran = self
+            .under_lease(job, "delete", &cancel, |leased| async move {
+                if job.deletion_policy == DeletionPolicy::Orphan {
+                    // Dropping the deployment takes its lease with it: the release finds it gone.
+                    return Ok(Cleanup::Orphaned(self.store.drop_deployment(deployment).await));
+                }
+                // Under the lease, the state says whether there is anything to delete. Nothing
+                // (never applied, or cleaned up by a run whose finalizer removal did not happen):
+                // no run, no history entry, only the finalizer to remove.
+                match self.store.load(deployment).await {
+                    Ok(state) if state.as_ref().is_none_or(|s| s.resources.is_empty()) => return Ok(Cleanup::Nothing),
+                    Ok(_) => {}
+                    Err(e) => return Ok(Cleanup::Unavailable(e)),
+                }
+                tr.status.deployment = Some(deployment.clone());
+                let message = format!("deleting the resources of deployment {deployment}");
+                self.start_run(tr, job, &leased, true, now, message).await?;
+                let forward = self.forward_shutdown(cancel_ref);
+                let sources = Sources::default();
+                let result = self
+                    .engine(leased.recorder(), &sources, cancel_ref)
+                    .delete(deployment, &owner)
+                    .await;
+                forward.abort();
+                Ok::<_, ReconcileError>(Cleanup::Ran(result))
+            })
+            .await;
+        let (cleanup, _kept) = match ran {
+            Ok(ran) => ran,
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, true).await,
             Err(Refusal::Store(message)) => {
                 return self
@@ -572,48 +592,20 @@ impl Runtime {
                     .await;
             }
         };
-        if job.deletion_policy == DeletionPolicy::Orphan {
-            // Dropping the deployment takes its lease with it; the release below is a no-op.
-            let dropped = self.store.drop_deployment(&deployment).await;
-            let _ = release(&self.store, held).await;
-            return match dropped {
-                Ok(_) => {
-                    t.reporter
-                        .publish(note(
-                            false,
-                            "Orphaned",
-                            "Delete",
-                            format!(
-                                "deletionPolicy Orphan: resources left in place; deployment {deployment} forgotten"
-                            ),
-                        ))
-                        .await;
-                    Ok(Next::Done)
-                }
-                Err(e) => {
-                    self.retry(
-                        job,
-                        t,
-                        "StateUnavailable",
-                        format!("state store: {e}"),
-                        Phase::Deleting,
-                        true,
-                    )
-                    .await
-                }
-            };
-        }
-        // Under the lease, the state says whether there is anything to delete. Nothing (never
-        // applied, or cleaned up by a run whose finalizer removal did not happen): no run,
-        // no history entry, only the finalizer to remove.
-        match self.store.load(&deployment).await {
-            Ok(state) if state.as_ref().is_none_or(|s| s.resources.is_empty()) => {
-                let _ = release(&self.store, held).await;
+        let result = match cleanup? {
+            Cleanup::Orphaned(Ok(_)) => {
+                t.reporter
+                    .publish(note(
+                        false,
+                        "Orphaned",
+                        "Delete",
+                        format!("deletionPolicy Orphan: resources left in place; deployment {deployment} forgotten"),
+                    ))
+                    .await;
                 return Ok(Next::Done);
             }
-            Ok(_) => {}
-            Err(e) => {
-                let _ = release(&self.store, held).await;
+            Cleanup::Nothing => return Ok(Next::Done),
+            Cleanup::Orphaned(Err(e)) | Cleanup::Unavailable(e) => {
                 return self
                     .retry(
                         job,
@@ -625,41 +617,8 @@ impl Runtime {
                     )
                     .await;
             }
-        }
-        t.status.lease_holder = Some(held.lease().owner.clone());
-        t.status.deployment = Some(deployment.clone());
-        judge(
-            &mut t.status,
-            &Verdict::Running { deleting: true },
-            job.generation,
-            &now,
-        );
-        if let Err(e) = t.flush().await {
-            let _ = release(&self.store, held).await;
-            return Err(e);
-        }
-        t.reporter
-            .publish(note(
-                false,
-                "Deleting",
-                "Delete",
-                format!("deleting the resources of deployment {deployment}"),
-            ))
-            .await;
-        let forward = self.forward_shutdown(&cancel);
-        let sources = Sources::default();
-        let engine = Engine {
-            providers: &self.providers,
-            store: self.store.as_ref(),
-            observer: &Quiet,
-            sources: &sources,
-            concurrency: self.settings.concurrency,
-            cancel: &cancel,
-            hints: &lyra_host::Advice,
+            Cleanup::Ran(result) => result,
         };
-        let result = engine.delete(&deployment, &owner).await;
-        forward.abort();
-        let _ = release(&self.store, held).await;
         t.status.lease_holder = None;
         let report = match result {
             Ok(r) => r,
@@ -679,7 +638,7 @@ impl Runtime {
         self.record_run(t, &report, false);
         self.step_events(t.reporter, &report).await;
         // Only what the state says counts: the finalizer goes when nothing is recorded.
-        let left = match self.store.load(&deployment).await {
+        let left = match self.store.load(deployment).await {
             // Records the store cannot read still stand for resources.
             Ok(state) => state.map_or(0, |s| s.resources.len() + s.unreadable.len()),
             Err(e) => {
@@ -764,25 +723,74 @@ impl Runtime {
         }
     }
 
-    /// Takes the deployment's lease, or says who holds it.
-    async fn take_lease(&self, job: &Job, operation: &str, cancel: &Arc<AtomicBool>) -> Result<HeldLease, Refusal> {
+    /// Marks the object as running under `leased` (the status names the holder and is
+    /// written) and says so in an event.
+    async fn start_run(
+        &self,
+        t: &mut Tracker<'_>,
+        job: &Job,
+        leased: &Leased,
+        deleting: bool,
+        now: &Time,
+        message: String,
+    ) -> Result<(), ReconcileError> {
+        t.status.lease_holder = Some(leased.lease().owner.clone());
+        judge(&mut t.status, &Verdict::Running { deleting }, job.generation, now);
+        t.flush().await?;
+        let (reason, action) = if deleting {
+            ("Deleting", "Delete")
+        } else {
+            ("Applying", "Apply")
+        };
+        t.reporter.publish(note(false, reason, action, message)).await;
+        Ok(())
+    }
+
+    /// The engine of a run, recording through `recorder`.
+    fn engine<'a>(&'a self, recorder: &'a dyn Recorder, sources: &'a Sources, cancel: &'a AtomicBool) -> Engine<'a> {
+        Engine {
+            providers: &self.providers,
+            store: recorder,
+            observer: &Quiet,
+            sources,
+            concurrency: self.settings.concurrency,
+            cancel,
+            hints: &lyra_host::Advice,
+        }
+    }
+
+    /// Runs `run` under the deployment's lease ([`lease::run_under_lease`]), taken as this
+    /// replica and refused at once when held (the reconcile is then requeued for when it
+    /// expires, see [`Runtime::wait_for_lease`]). Returns what `run` returned and whether the
+    /// lease was still ours at the end, or why it was not taken.
+    async fn under_lease<T, F, Fut>(
+        &self,
+        job: &Job,
+        operation: &str,
+        cancel: &Arc<AtomicBool>,
+        run: F,
+    ) -> Result<(T, bool), Refusal>
+    where
+        F: FnOnce(Leased) -> Fut,
+        Fut: Future<Output = T>,
+    {
         let options = LeaseOptions {
             owner: self.lease_owner(job),
             operation: operation.to_owned(),
             ttl: self.settings.lease_ttl,
             wait: None,
         };
-        lease::acquire(
-            Arc::clone(&self.store),
-            &job.key.deployment(),
-            &options,
-            Arc::clone(cancel),
-        )
-        .await
-        .map_err(|e| match e {
-            LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => Refusal::Held(h),
-            LeaseError::Store(_) => Refusal::Store(format!("state store: {e}")),
-        })
+        let ran = lease::run_under_lease(&self.store, &job.key.deployment(), &options, cancel, |_| {}, run)
+            .await
+            .map_err(|e| match e {
+                LeaseError::Held(h) | LeaseError::TimedOut { holder: h, .. } => Refusal::Held(h),
+                LeaseError::Store(_) | LeaseError::Cancelled(_) => Refusal::Store(format!("state store: {e}")),
+            })?;
+        if let Err(e) = &ran.released {
+            tracing::warn!(error = %e, "could not release the lease; it expires by itself");
+        }
+        let kept = !ran.lost();
+        Ok((ran.value, kept))
     }
 
     /// Someone else holds the deployment's lease (the CLI, or a crashed replica whose lease
@@ -1261,17 +1269,25 @@ fn until_expiry(expires: i64, now: i64) -> Duration {
     (left + SLACK).max(Duration::from_secs(1))
 }
 
-async fn release(store: &Arc<dyn StateStore>, held: HeldLease) -> bool {
-    let ours = held.lease().clone();
-    // Renewing answers "is it still ours?" atomically.
-    let kept = match store.renew_lease(&ours, 1_000).await {
-        Ok(renewed) => renewed.is_some(),
-        Err(_) => true,
-    };
-    if let Err(e) = held.release().await {
-        tracing::warn!(deployment = %ours.deployment, error = %e, "could not release the lease; it expires by itself");
-    }
-    kept
+/// Whether a store error is a write refused because the run's lease was no longer current.
+fn fenced(e: &StoreError) -> bool {
+    e.kind == StoreErrorKind::LeaseLost
+}
+
+/// Why an apply that lost its lease stopped.
+const LEASE_LOST: &str =
+    "the deployment's lease was lost during the run (expired or broken); it resumes on the next run";
+
+/// What a cleanup under the lease did.
+enum Cleanup {
+    /// `deletionPolicy: Orphan`: the deployment was dropped (or dropping it failed).
+    Orphaned(Result<bool, StoreError>),
+    /// Nothing is recorded: nothing to delete.
+    Nothing,
+    /// The state could not be read.
+    Unavailable(StoreError),
+    /// The delete ran.
+    Ran(Result<Report, EngineError>),
 }
 
 fn note(warning: bool, reason: &str, action: &str, message: String) -> Note {

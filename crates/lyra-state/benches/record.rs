@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::join_all;
-use lyra_core::state::{LeaseGrant, LeaseRequest, Operation, ResourceRecord, RunStart, StateStore};
+use lyra_core::state::{Operation, ResourceRecord, RunStart};
+use lyra_state::{LeaseGrant, LeaseRequest, Store};
 use lyra_state::{PostgresStore, SqliteStore};
 use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
@@ -45,7 +46,7 @@ async fn fresh_store(dir: &Path, name: &str) -> SqliteStore {
     store
 }
 
-async fn begin(store: &dyn StateStore) {
+async fn begin(store: &dyn Store) {
     let run = RunStart {
         deployment: "bench".to_owned(),
         workflow: Some("bench".to_owned()),
@@ -55,7 +56,7 @@ async fn begin(store: &dyn StateStore) {
     store.begin_run(&run).await.expect("begin_run");
 }
 
-async fn sequential(store: &dyn StateStore, records: &[ResourceRecord]) -> Duration {
+async fn sequential(store: &dyn Store, records: &[ResourceRecord]) -> Duration {
     let start = Instant::now();
     for r in records {
         store.put_resource("bench", r).await.expect("put");
@@ -64,7 +65,7 @@ async fn sequential(store: &dyn StateStore, records: &[ResourceRecord]) -> Durat
 }
 
 /// `in_flight` puts at a time (`usize::MAX`: all at once).
-async fn concurrent(store: &dyn StateStore, records: &[ResourceRecord], in_flight: usize) -> Duration {
+async fn concurrent(store: &dyn Store, records: &[ResourceRecord], in_flight: usize) -> Duration {
     let start = Instant::now();
     if in_flight >= records.len() {
         for result in join_all(records.iter().map(|r| store.put_resource("bench", r))).await {
@@ -81,7 +82,7 @@ async fn concurrent(store: &dyn StateStore, records: &[ResourceRecord], in_fligh
 }
 
 /// Median and p99 of `n` acquire + release round trips.
-async fn lease_round_trips(store: &dyn StateStore, n: usize) -> (Duration, Duration) {
+async fn lease_round_trips(store: &dyn Store, n: usize) -> (Duration, Duration) {
     let mut times = Vec::with_capacity(n);
     for i in 0..n {
         let request = LeaseRequest {

@@ -1,4 +1,4 @@
-//! The behavioural contract of a [`StateStore`], written once for every backend.
+//! The behavioural contract of a [`Store`], written once for every backend.
 //!
 //! Each check takes an **empty** store, exercises one behaviour through the trait only and
 //! panics on a violation. `src/tests.rs` runs every check against both backends (one test per
@@ -7,10 +7,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::{DeploymentExport, Fence, Lease, LeaseGrant, LeaseRequest, RunRecord, Store};
 use futures::future::join_all;
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentExport, DeploymentState, Lease, LeaseGrant, LeaseRequest, Operation, Outcome,
-    ResourceRecord, RunEnd, RunRecord, RunStart, StateStore, StoreErrorKind,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StoreErrorKind,
 };
 use lyra_core::value::{MAX_DEPTH, Map, Value};
 use serde_json::json;
@@ -53,7 +53,7 @@ fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).expect("millis fit i64")
 }
 
-async fn load(store: &dyn StateStore, deployment: &str) -> DeploymentState {
+async fn load(store: &dyn Store, deployment: &str) -> DeploymentState {
     store
         .load(deployment)
         .await
@@ -62,14 +62,14 @@ async fn load(store: &dyn StateStore, deployment: &str) -> DeploymentState {
 }
 
 /// Loading a deployment that was never applied gives `None`, and its history is empty.
-pub async fn load_unknown_is_none(store: &dyn StateStore) {
+pub async fn load_unknown_is_none(store: &dyn Store) {
     assert_eq!(store.load("nobody").await.expect("load"), None);
     assert!(store.history("nobody").await.expect("history").is_empty());
     assert!(store.list().await.expect("list").is_empty());
 }
 
 /// `begin_run` creates the deployment, recording the workflow, and a running history entry.
-pub async fn begin_run_creates_deployment(store: &dyn StateStore) {
+pub async fn begin_run_creates_deployment(store: &dyn Store) {
     let before = now_ms();
     let id = store.begin_run(&apply("web", "site")).await.expect("begin_run");
     let after = now_ms();
@@ -100,7 +100,7 @@ pub async fn begin_run_creates_deployment(store: &dyn StateStore) {
 }
 
 /// The deployment's workflow is the one last *applied*: a delete run does not change it.
-pub async fn workflow_follows_applies(store: &dyn StateStore) {
+pub async fn workflow_follows_applies(store: &dyn Store) {
     store.begin_run(&apply("d", "one")).await.expect("begin_run");
     store.begin_run(&apply("d", "two")).await.expect("begin_run");
     assert_eq!(load(store, "d").await.workflow.as_deref(), Some("two"));
@@ -150,7 +150,7 @@ pub fn awkward_resource() -> ResourceRecord {
 }
 
 /// Every field of a record comes back exactly, including key order.
-pub async fn resource_round_trip(store: &dyn StateStore) {
+pub async fn resource_round_trip(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let record = awkward_resource();
     store.put_resource("d", &record).await.expect("put_resource");
@@ -165,7 +165,7 @@ pub async fn resource_round_trip(store: &dyn StateStore) {
 }
 
 /// A second put of the same step replaces every field; others are untouched.
-pub async fn replace_resource(store: &dyn StateStore) {
+pub async fn replace_resource(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     store.put_resource("d", &resource("a")).await.expect("put");
     store.put_resource("d", &resource("b")).await.expect("put");
@@ -187,7 +187,7 @@ pub async fn replace_resource(store: &dyn StateStore) {
 }
 
 /// Removing forgets one resource; removing an absent one is not an error.
-pub async fn remove_resource(store: &dyn StateStore) {
+pub async fn remove_resource(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     for id in ["a", "b", "c"] {
         store.put_resource("d", &resource(id)).await.expect("put");
@@ -206,7 +206,7 @@ pub async fn remove_resource(store: &dyn StateStore) {
 }
 
 /// `load` lists resources by step id, whatever the write order.
-pub async fn resources_sorted_by_step_id(store: &dyn StateStore) {
+pub async fn resources_sorted_by_step_id(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let ids = ["m", "a/1", "z", "a/10", "a/2", "a", "B", "é"];
     for id in ids {
@@ -224,7 +224,7 @@ pub async fn resources_sorted_by_step_id(store: &dyn StateStore) {
 }
 
 /// Two deployments of one workflow with the same step ids never see each other's records.
-pub async fn deployments_are_isolated(store: &dyn StateStore) {
+pub async fn deployments_are_isolated(store: &dyn Store) {
     store.begin_run(&apply("blue", "wf")).await.expect("begin_run");
     store.begin_run(&apply("green", "wf")).await.expect("begin_run");
     let mut blue = resource("server");
@@ -243,7 +243,7 @@ pub async fn deployments_are_isolated(store: &dyn StateStore) {
 }
 
 /// `list` gives every deployment by name, with its resource count and last run.
-pub async fn list_sorted_with_counts_and_last_run(store: &dyn StateStore) {
+pub async fn list_sorted_with_counts_and_last_run(store: &dyn Store) {
     for name in ["zeta", "alpha", "k8s/default/web"] {
         store
             .begin_run(&apply(name, &format!("wf-{name}")))
@@ -288,7 +288,7 @@ pub async fn list_sorted_with_counts_and_last_run(store: &dyn StateStore) {
 }
 
 /// History is per deployment, newest first, and run ids grow.
-pub async fn history_newest_first(store: &dyn StateStore) {
+pub async fn history_newest_first(store: &dyn Store) {
     let mut ids = Vec::new();
     for i in 0..5 {
         ids.push(
@@ -310,7 +310,7 @@ pub async fn history_newest_first(store: &dyn StateStore) {
 }
 
 /// `finish_run` records the outcome, counts, changes and error.
-pub async fn finish_run_records_end(store: &dyn StateStore) {
+pub async fn finish_run_records_end(store: &dyn Store) {
     let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let end = RunEnd {
         outcome: Outcome::Failed,
@@ -365,7 +365,7 @@ pub async fn finish_run_records_end(store: &dyn StateStore) {
 }
 
 /// A run that never finishes (its process died) stays in the history with no outcome.
-pub async fn unfinished_run_has_no_outcome(store: &dyn StateStore) {
+pub async fn unfinished_run_has_no_outcome(store: &dyn Store) {
     let crashed = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let later = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let end = RunEnd {
@@ -385,7 +385,7 @@ pub async fn unfinished_run_has_no_outcome(store: &dyn StateStore) {
 
 /// Finishing a run twice is a conflict; finishing an unknown run is an error. Neither
 /// changes what was recorded, nor disturbs other writes.
-pub async fn finish_run_misuse_is_rejected(store: &dyn StateStore) {
+pub async fn finish_run_misuse_is_rejected(store: &dyn Store) {
     let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let end = |outcome| RunEnd {
         outcome,
@@ -418,7 +418,7 @@ pub async fn finish_run_misuse_is_rejected(store: &dyn StateStore) {
 }
 
 /// Forgetting resources never forgets runs.
-pub async fn history_survives_resource_removal(store: &dyn StateStore) {
+pub async fn history_survives_resource_removal(store: &dyn Store) {
     let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     store.put_resource("d", &resource("a")).await.expect("put");
     store.remove_resource("d", "a").await.expect("remove");
@@ -430,7 +430,7 @@ pub async fn history_survives_resource_removal(store: &dyn StateStore) {
 }
 
 /// `n` concurrent puts (as from many in-flight steps) all land, with their content.
-pub async fn concurrent_puts_all_land(store: &dyn StateStore, n: usize) {
+pub async fn concurrent_puts_all_land(store: &dyn Store, n: usize) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let records: Vec<ResourceRecord> = (0..n).map(|i| resource(&format!("r{i:05}"))).collect();
     let results = join_all(records.iter().map(|r| store.put_resource("d", r))).await;
@@ -441,7 +441,7 @@ pub async fn concurrent_puts_all_land(store: &dyn StateStore, n: usize) {
 }
 
 /// Concurrent writes of every kind to several deployments end as if run one by one.
-pub async fn concurrent_mixed_writes(store: &dyn StateStore) {
+pub async fn concurrent_mixed_writes(store: &dyn Store) {
     let deployments = ["a", "b", "c", "d"];
     for d in deployments {
         store.begin_run(&apply(d, "wf")).await.expect("begin_run");
@@ -490,7 +490,7 @@ pub async fn concurrent_mixed_writes(store: &dyn StateStore) {
 }
 
 /// Writes a known state for [`check_seeded`], to run across a reopen or reconnect.
-pub async fn seed(store: &dyn StateStore) {
+pub async fn seed(store: &dyn Store) {
     let id = store.begin_run(&apply("kept", "wf")).await.expect("begin_run");
     store.put_resource("kept", &awkward_resource()).await.expect("put");
     store.put_resource("kept", &resource("plain")).await.expect("put");
@@ -513,7 +513,7 @@ pub async fn seed(store: &dyn StateStore) {
 }
 
 /// Checks what [`seed`] wrote.
-pub async fn check_seeded(store: &dyn StateStore) {
+pub async fn check_seeded(store: &dyn Store) {
     let state = load(store, "kept").await;
     assert_eq!(state.workflow.as_deref(), Some("wf"));
     let mut want = vec![awkward_resource(), resource("plain")];
@@ -535,7 +535,7 @@ pub async fn check_seeded(store: &dyn StateStore) {
 
 /// The intent written before a `create` (pending, no external id) comes back as written, and
 /// the recorded result replaces it.
-pub async fn pending_round_trip(store: &dyn StateStore) {
+pub async fn pending_round_trip(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let intent = ResourceRecord::intent(
         "servers/0",
@@ -560,7 +560,7 @@ pub async fn pending_round_trip(store: &dyn StateStore) {
 }
 
 /// A run's note is kept; every operation round-trips; only applies change the workflow.
-pub async fn notes_and_operations_round_trip(store: &dyn StateStore) {
+pub async fn notes_and_operations_round_trip(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     for operation in Operation::ALL {
         let run = RunStart {
@@ -594,7 +594,7 @@ pub async fn notes_and_operations_round_trip(store: &dyn StateStore) {
 
 /// A URL in a note or an error keeps no credential, whether a run's end or an import wrote
 /// it (an older Lyra wrote `state migrate`'s source URL into the note, query and all).
-pub async fn history_keeps_no_credentials(store: &dyn StateStore) {
+pub async fn history_keeps_no_credentials(store: &dyn Store) {
     let url = "postgres://lyra:hunter2@db:5432/state?password=hunter2&schema=s";
     let redacted = "postgres://lyra:***@db:5432/state?password=***&schema=s";
     let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
@@ -641,14 +641,14 @@ pub fn lease_request(deployment: &str, owner: &str, token: &str, ttl_ms: i64) ->
     }
 }
 
-async fn acquired(store: &dyn StateStore, request: &LeaseRequest) -> Lease {
+async fn acquired(store: &dyn Store, request: &LeaseRequest) -> Lease {
     match store.acquire_lease(request).await.expect("acquire_lease") {
         LeaseGrant::Acquired(lease) => lease,
         LeaseGrant::Held(holder) => panic!("{} expected the lease, {} holds it", request.owner, holder.owner),
     }
 }
 
-async fn held(store: &dyn StateStore, request: &LeaseRequest) -> Lease {
+async fn held(store: &dyn Store, request: &LeaseRequest) -> Lease {
     match store.acquire_lease(request).await.expect("acquire_lease") {
         LeaseGrant::Held(holder) => holder,
         LeaseGrant::Acquired(lease) => panic!("{} took a lease that is held: {lease:?}", request.owner),
@@ -661,7 +661,7 @@ const CLOCK_SLACK_MS: i64 = 2_000;
 /// Acquire, refuse with the holder's details, renew (same token keeps `since`, moves
 /// `expires`), refuse a renewal or release with the wrong token, release, re-acquire by
 /// another; `lease` and `list` show the holder without its token.
-pub async fn lease_lifecycle(store: &dyn StateStore) {
+pub async fn lease_lifecycle(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let alice = lease_request("d", "alice@laptop", "token-alice", 60_000);
     let bob = lease_request("d", "controller/default/web", "token-bob", 60_000);
@@ -713,7 +713,10 @@ pub async fn lease_lifecycle(store: &dyn StateStore) {
         ..first.clone()
     };
     assert_eq!(store.renew_lease(&impostor, 1_000).await.expect("renew_lease"), None);
-    store.release_lease(&impostor).await.expect("release_lease");
+    assert!(
+        !store.release_lease(&impostor).await.expect("release_lease"),
+        "a wrong token releases nothing"
+    );
 
     let shown = store.lease("d").await.expect("lease").expect("held");
     assert_eq!(
@@ -726,7 +729,7 @@ pub async fn lease_lifecycle(store: &dyn StateStore) {
     let list = store.list().await.expect("list");
     assert_eq!(list[0].lease.as_ref(), Some(&shown));
 
-    store.release_lease(&first).await.expect("release_lease");
+    assert!(store.release_lease(&first).await.expect("release_lease"), "it was ours");
     assert_eq!(store.lease("d").await.expect("lease"), None);
     assert_eq!(store.list().await.expect("list")[0].lease, None);
     let taken = acquired(store, &bob).await;
@@ -735,7 +738,10 @@ pub async fn lease_lifecycle(store: &dyn StateStore) {
 
     // Alice's lease is gone: renewing it fails, releasing it again is harmless.
     assert_eq!(store.renew_lease(&first, 60_000).await.expect("renew_lease"), None);
-    store.release_lease(&first).await.expect("release of a lost lease");
+    assert!(
+        !store.release_lease(&first).await.expect("release of a lost lease"),
+        "a lost lease is not ours"
+    );
     assert_eq!(
         store.lease("d").await.expect("lease").map(|l| l.owner),
         Some("controller/default/web".to_owned())
@@ -744,7 +750,7 @@ pub async fn lease_lifecycle(store: &dyn StateStore) {
 
 /// An unrenewed lease expires: it is hidden, and another holder may take it; the old holder
 /// then cannot renew it.
-pub async fn lease_expires(store: &dyn StateStore) {
+pub async fn lease_expires(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     let short = acquired(store, &lease_request("d", "crashed@host", "token-short", 150)).await;
     assert!(store.lease("d").await.expect("lease").is_some());
@@ -762,7 +768,7 @@ pub async fn lease_expires(store: &dyn StateStore) {
     let taken = acquired(store, &lease_request("d", "other@host", "token-other", 60_000)).await;
     assert!(taken.since > short.since, "a new holder starts a new `since`");
     assert_eq!(store.renew_lease(&short, 60_000).await.expect("renew_lease"), None);
-    store.release_lease(&short).await.expect("release_lease");
+    assert!(!store.release_lease(&short).await.expect("release_lease"));
     assert_eq!(
         store.lease("d").await.expect("lease").map(|l| l.owner),
         Some("other@host".to_owned())
@@ -770,7 +776,7 @@ pub async fn lease_expires(store: &dyn StateStore) {
 }
 
 /// Breaking removes whatever lease there is (even an expired one) and returns it.
-pub async fn break_lease_returns_holder(store: &dyn StateStore) {
+pub async fn break_lease_returns_holder(store: &dyn Store) {
     assert_eq!(store.break_lease("d").await.expect("break_lease"), None);
     let alice = acquired(store, &lease_request("d", "alice@laptop", "token-alice", 60_000)).await;
     let broken = store.break_lease("d").await.expect("break_lease").expect("was held");
@@ -785,8 +791,86 @@ pub async fn break_lease_returns_holder(store: &dyn StateStore) {
     assert_eq!(store.break_lease("e").await.expect("break_lease"), None);
 }
 
+/// The end of a run with no changes.
+fn end(outcome: Outcome) -> RunEnd {
+    RunEnd {
+        outcome,
+        counts: ChangeCounts::default(),
+        changes: vec![],
+        error: None,
+        note: None,
+    }
+}
+
+/// Fencing: a run's writes under a lease land while the lease is current. Once it expired and
+/// was taken over (the holder was paused past its time to live), or was broken, every write
+/// under it is refused with `LeaseLost` and changes nothing, while the new holder's writes land.
+pub async fn stale_lease_writes_are_refused(store: &dyn Store) {
+    let old = acquired(store, &lease_request("d", "paused@host", "token-old", 100)).await;
+    let old = Fence::from(&old);
+    let run = store
+        .begin_run_fenced(&old, &apply("d", "wf"))
+        .await
+        .expect("begin under the lease");
+    store
+        .put_resource_fenced(&old, &resource("a"))
+        .await
+        .expect("put under the lease");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let new = Fence::from(&acquired(store, &lease_request("d", "next@host", "token-new", 60_000)).await);
+    let next_run = store
+        .begin_run_fenced(&new, &apply("d", "wf2"))
+        .await
+        .expect("new holder begins");
+    let mut mine = resource("a");
+    mine.external_id = "ext-new".to_owned();
+    store.put_resource_fenced(&new, &mine).await.expect("new holder puts");
+
+    let refused = |what: &str, e: Option<lyra_core::state::StoreError>| {
+        let e = e.unwrap_or_else(|| panic!("{what} under a lost lease was accepted"));
+        assert_eq!(e.kind, StoreErrorKind::LeaseLost, "{what}: {e}");
+    };
+    refused("begin_run", store.begin_run_fenced(&old, &apply("d", "wf")).await.err());
+    let mut stale = resource("a");
+    stale.external_id = "ext-stale".to_owned();
+    refused("put_resource", store.put_resource_fenced(&old, &stale).await.err());
+    refused(
+        "put of a new step",
+        store.put_resource_fenced(&old, &resource("b")).await.err(),
+    );
+    refused("remove_resource", store.remove_resource_fenced(&old, "a").await.err());
+    refused(
+        "finish_run",
+        store.finish_run_fenced(&old, run, &end(Outcome::Succeeded)).await.err(),
+    );
+
+    let state = load(store, "d").await;
+    assert_eq!(state.workflow.as_deref(), Some("wf2"));
+    assert_eq!(state.resources, vec![mine], "only the new holder's record");
+    let history = store.history("d").await.expect("history");
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[1].id, run);
+    assert_eq!(history[1].outcome, None, "the stale run's end was not recorded");
+    assert_eq!(history[0].id, next_run);
+    store
+        .finish_run_fenced(&new, next_run, &end(Outcome::Succeeded))
+        .await
+        .expect("new holder finishes");
+
+    // A broken lease fences its holder the same way.
+    let broken = Fence::from(&acquired(store, &lease_request("e", "alice@laptop", "token-e", 60_000)).await);
+    store.put_resource_fenced(&broken, &resource("x")).await.expect("put");
+    store.break_lease("e").await.expect("break_lease");
+    refused(
+        "put after a break",
+        store.put_resource_fenced(&broken, &resource("y")).await.err(),
+    );
+    assert_eq!(load(store, "e").await.resources, vec![resource("x")]);
+}
+
 /// A lease on one deployment never blocks another.
-pub async fn leases_are_per_deployment(store: &dyn StateStore) {
+pub async fn leases_are_per_deployment(store: &dyn Store) {
     acquired(store, &lease_request("blue", "alice@laptop", "token-a", 60_000)).await;
     acquired(store, &lease_request("green", "bob@host", "token-b", 60_000)).await;
     held(store, &lease_request("blue", "bob@host", "token-b", 60_000)).await;
@@ -799,7 +883,7 @@ pub async fn leases_are_per_deployment(store: &dyn StateStore) {
 
 /// `n` concurrent acquires with different tokens: exactly one wins, and every other one is
 /// told who did.
-pub async fn concurrent_acquires_one_winner(store: &dyn StateStore, n: usize) {
+pub async fn concurrent_acquires_one_winner(store: &dyn Store, n: usize) {
     let requests: Vec<_> = (0..n)
         .map(|i| lease_request("d", &format!("owner{i}"), &format!("token{i}"), 60_000))
         .collect();
@@ -819,7 +903,7 @@ pub async fn concurrent_acquires_one_winner(store: &dyn StateStore, n: usize) {
 // --- Export, import, drop ---------------------------------------------------------------------
 
 /// Writes a deployment with every kind of content for the export tests.
-async fn seed_for_export(store: &dyn StateStore, deployment: &str) {
+async fn seed_for_export(store: &dyn Store, deployment: &str) {
     let id = store.begin_run(&apply(deployment, "wf")).await.expect("begin_run");
     store.put_resource(deployment, &awkward_resource()).await.expect("put");
     store.put_resource(deployment, &resource("plain")).await.expect("put");
@@ -870,7 +954,7 @@ fn portable(history: &[RunRecord]) -> Vec<RunRecord> {
 
 /// Export gives the state and the history (oldest first); importing it elsewhere gives the
 /// same state and history, with new run ids in the same order.
-pub async fn export_import_round_trip(store: &dyn StateStore) {
+pub async fn export_import_round_trip(store: &dyn Store) {
     assert_eq!(store.export("nobody").await.expect("export"), None);
     seed_for_export(store, "src").await;
     let export = store.export("src").await.expect("export").expect("exists");
@@ -893,7 +977,7 @@ pub async fn export_import_round_trip(store: &dyn StateStore) {
 }
 
 /// Import replaces the recorded resources and appends to the history.
-pub async fn import_replaces_resources(store: &dyn StateStore) {
+pub async fn import_replaces_resources(store: &dyn Store) {
     store.begin_run(&apply("d", "old-wf")).await.expect("begin_run");
     for id in ["gone", "kept"] {
         store.put_resource("d", &resource(id)).await.expect("put");
@@ -937,7 +1021,7 @@ pub async fn import_replaces_resources(store: &dyn StateStore) {
 }
 
 /// Dropping removes the deployment, its resources, history and lease, and nothing else.
-pub async fn drop_deployment_removes_everything(store: &dyn StateStore) {
+pub async fn drop_deployment_removes_everything(store: &dyn Store) {
     seed_for_export(store, "d").await;
     seed_for_export(store, "other").await;
     acquired(store, &lease_request("d", "alice@laptop", "token-a", 60_000)).await;
@@ -978,7 +1062,7 @@ pub fn nested(levels: usize) -> Value {
 
 /// Values as deep as the limit allows, and wide ones, are stored and read back exactly,
 /// through `load` and through export and import.
-pub async fn values_at_the_limit_round_trip(store: &dyn StateStore) {
+pub async fn values_at_the_limit_round_trip(store: &dyn Store) {
     store.begin_run(&apply("deep", "wf")).await.expect("begin_run");
     let mut rec = resource("a");
     rec.desired.insert("deep".to_owned(), nested(MAX_DEPTH));
@@ -1001,7 +1085,7 @@ pub async fn values_at_the_limit_round_trip(store: &dyn StateStore) {
 /// A record holding a value nested deeper than the limit is refused (it could not be read
 /// back), naming the step and attribute, and nothing is written: not by `put_resource`, not
 /// by `import`.
-pub async fn too_deep_values_are_refused(store: &dyn StateStore) {
+pub async fn too_deep_values_are_refused(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     store.put_resource("d", &resource("ok")).await.expect("put");
     for (column, rec) in [
@@ -1031,7 +1115,7 @@ pub async fn too_deep_values_are_refused(store: &dyn StateStore) {
 
 /// Sets up deployment `d` with records `a` and `b`, for a backend test to damage `a` behind
 /// the store's back and then check [`damaged_record_is_listed`].
-pub async fn seed_for_damage(store: &dyn StateStore) {
+pub async fn seed_for_damage(store: &dyn Store) {
     store.begin_run(&apply("d", "wf")).await.expect("begin_run");
     for id in ["a", "b"] {
         store.put_resource("d", &resource(id)).await.expect("put");
@@ -1040,7 +1124,7 @@ pub async fn seed_for_damage(store: &dyn StateStore) {
 
 /// One record of `d` (`a`) cannot be decoded: the rest of the deployment still loads and
 /// exports, the bad record is named, and it can be removed.
-pub async fn damaged_record_is_listed(store: &dyn StateStore) {
+pub async fn damaged_record_is_listed(store: &dyn Store) {
     let state = load(store, "d").await;
     assert_eq!(state.resources, vec![resource("b")]);
     assert_eq!(state.unreadable.len(), 1, "{state:?}");

@@ -2,8 +2,7 @@
 
 use async_trait::async_trait;
 use lyra_core::state::{
-    DeploymentExport, DeploymentState, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, ResourceRecord, RunEnd,
-    RunId, RunRecord, RunStart, StateStore, StoreError, StoreErrorKind,
+    DeploymentState, Recorder, ResourceRecord, RunEnd, RunId, RunStart, StoreError, StoreErrorKind,
 };
 
 /// A state with nothing recorded, which refuses every write. `lyra plan` on a store that does
@@ -25,7 +24,7 @@ impl EmptyState {
 }
 
 #[async_trait]
-impl StateStore for EmptyState {
+impl Recorder for EmptyState {
     /// No store exists, so none has an id yet; nothing is created against it, so no
     /// idempotency key is ever made from this.
     fn store_id(&self) -> &str {
@@ -44,36 +43,6 @@ impl StateStore for EmptyState {
         Err(self.refuse())
     }
     async fn finish_run(&self, _: RunId, _: &RunEnd) -> Result<(), StoreError> {
-        Err(self.refuse())
-    }
-    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
-        Ok(Vec::new())
-    }
-    async fn history(&self, _: &str) -> Result<Vec<RunRecord>, StoreError> {
-        Ok(Vec::new())
-    }
-    async fn acquire_lease(&self, _: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
-        Err(self.refuse())
-    }
-    async fn renew_lease(&self, _: &Lease, _: i64) -> Result<Option<Lease>, StoreError> {
-        Err(self.refuse())
-    }
-    async fn release_lease(&self, _: &Lease) -> Result<(), StoreError> {
-        Err(self.refuse())
-    }
-    async fn lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
-        Ok(None)
-    }
-    async fn break_lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
-        Err(self.refuse())
-    }
-    async fn export(&self, _: &str) -> Result<Option<DeploymentExport>, StoreError> {
-        Ok(None)
-    }
-    async fn import(&self, _: &DeploymentExport) -> Result<(), StoreError> {
-        Err(self.refuse())
-    }
-    async fn drop_deployment(&self, _: &str) -> Result<bool, StoreError> {
         Err(self.refuse())
     }
 }

@@ -116,6 +116,14 @@ pub enum Error {
     #[error("run {0} has already finished")]
     RunAlreadyFinished(RunId),
 
+    /// A write made under a lease that is no longer current (it expired and was taken, or
+    /// was broken): refused in the transaction that would have written it.
+    #[error(
+        "the lease on deployment {0:?} is no longer held by this run (it expired and was taken over, \
+         or was broken): the write was refused"
+    )]
+    LeaseLost(String),
+
     /// A lease kept being taken and released faster than it could be read.
     #[error("the lease on deployment {0:?} keeps changing hands")]
     LeaseContended(String),
@@ -156,6 +164,7 @@ impl Error {
             Error::Migrate { source, .. } | Error::PgMigrate { source, .. } => migrate_kind(source),
             Error::Sqlx(e) => sqlx_kind(e),
             Error::RunAlreadyFinished(_) | Error::LeaseContended(_) => StoreErrorKind::Conflict,
+            Error::LeaseLost(_) => StoreErrorKind::LeaseLost,
             Error::Encode { .. } | Error::TooDeep { .. } | Error::UnknownRun(_) => StoreErrorKind::Other,
             Error::Batch(e) => e.kind(),
         }

@@ -1,18 +1,27 @@
 //! Holding a deployment's lease for the length of a run.
 //!
-//! The CLI and the controller call [`acquire`] before applying, deleting or editing a
-//! deployment's state, and [`HeldLease::release`] afterwards. While held, a background task
-//! renews the lease every third of its time to live. If the lease is lost — broken by
-//! `lyra state unlock --force`, or not renewed in time so that it expired and may be taken —
-//! the task sets the caller's `lost` flag (the CLI passes its cancel flag, so the engine stops
-//! starting steps) and logs a warning. `lyra plan` never takes a lease.
+//! [`run_under_lease`] is the one way to run under a lease, for the CLI (apply, delete, state
+//! edits) and the controller (apply, cleanup) alike: take the lease (waiting for it if asked),
+//! run the caller's closure, release the lease and say whether it was still ours. While held, a
+//! background task renews the lease every third of its time to live. If the lease is lost —
+//! broken by `lyra state unlock --force`, or not renewed in time so that it expired and may be
+//! taken — the task marks the held lease lost, sets the run's cancel flag (so the engine starts
+//! no more steps) and logs a warning. Whatever the renewer sees, the run's writes go through
+//! [`Fenced`], which the store refuses once the lease is no longer current: a holder paused
+//! past its time to live cannot record over the run that took its lease. `lyra plan` never
+//! takes a lease.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use lyra_core::state::{Lease, LeaseGrant, LeaseRequest, StateStore, StoreError};
+use async_trait::async_trait;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use lyra_core::state::{DeploymentState, Recorder, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
 use tokio::task::JoinHandle;
+
+use crate::{Fence, Lease, LeaseGrant, LeaseRequest, Store};
 
 /// The default time to live: how long a crashed holder blocks others.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -48,6 +57,9 @@ pub enum LeaseError {
     /// Someone else holds it, and the caller did not want to wait.
     #[error("deployment {:?} is locked: {}", .0.deployment, describe(.0))]
     Held(Lease),
+    /// The run was cancelled (Ctrl-C, shutdown) while waiting for the lease.
+    #[error("interrupted while waiting for the lease on deployment {0:?}")]
+    Cancelled(String),
     /// Someone else still held it when the wait ran out.
     #[error(
         "deployment {:?} is still locked after waiting {}: {}",
@@ -66,7 +78,7 @@ impl LeaseError {
     pub fn holder(&self) -> Option<&Lease> {
         match self {
             LeaseError::Held(holder) | LeaseError::TimedOut { holder, .. } => Some(holder),
-            LeaseError::Store(_) => None,
+            LeaseError::Store(_) | LeaseError::Cancelled(_) => None,
         }
     }
 }
@@ -94,8 +106,10 @@ pub fn utc(ms: i64) -> String {
 /// A lease this process holds and keeps renewing. Dropping it stops the renewals (the lease
 /// then expires after its time to live); [`HeldLease::release`] frees it at once.
 pub struct HeldLease {
-    store: Arc<dyn StateStore>,
+    store: Arc<dyn Store>,
     lease: Lease,
+    /// Set by the renewer when the lease is lost; only ever set, never cleared.
+    lost: Arc<AtomicBool>,
     renewer: JoinHandle<()>,
 }
 
@@ -103,8 +117,19 @@ impl std::fmt::Debug for HeldLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeldLease")
             .field("lease", &self.lease)
+            .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }
+}
+
+/// Whether a released lease was still ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Held to the end, and now free.
+    Kept,
+    /// Lost while held: it expired and was taken, or was broken. Someone else may have
+    /// changed the deployment meanwhile (though not through this holder's fenced writes).
+    Lost,
 }
 
 impl HeldLease {
@@ -113,13 +138,32 @@ impl HeldLease {
         &self.lease
     }
 
-    /// Stops renewing and releases the lease, unless it was lost meanwhile.
-    pub async fn release(mut self) -> Result<(), StoreError> {
+    /// Whether the renewer found the lease lost. Not set by a cancel: a run the user
+    /// interrupted still holds its lease.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// What the run records through: the store's writes, fenced by this lease.
+    pub fn recorder(&self) -> Fenced {
+        Fenced {
+            store: Arc::clone(&self.store),
+            fence: Fence::from(&self.lease),
+        }
+    }
+
+    /// Stops renewing and releases the lease, saying whether it was still ours.
+    pub async fn release(mut self) -> Result<Released, StoreError> {
         self.renewer.abort();
         // Wait for the renewer to stop, so no renewal runs after the release (it would find
         // nothing to renew anyway: renewals need the token's row).
         let _ = (&mut self.renewer).await;
-        self.store.release_lease(&self.lease).await
+        let ours = self.store.release_lease(&self.lease).await?;
+        Ok(if ours && !self.is_lost() {
+            Released::Kept
+        } else {
+            Released::Lost
+        })
     }
 }
 
@@ -129,14 +173,157 @@ impl Drop for HeldLease {
     }
 }
 
-/// Takes `deployment`'s lease, waiting for it up to `options.wait`, and keeps renewing it
-/// until the returned [`HeldLease`] is released or dropped. `lost` is set if the lease is lost
-/// while held.
-pub async fn acquire(
-    store: Arc<dyn StateStore>,
+/// The [`Recorder`] of a run under a lease: every write is made only while the lease is still
+/// the deployment's (see [`crate::FencedWrites`]), and fails with
+/// [`lyra_core::state::StoreErrorKind::LeaseLost`] otherwise.
+#[derive(Clone)]
+pub struct Fenced {
+    store: Arc<dyn Store>,
+    fence: Fence,
+}
+
+impl std::fmt::Debug for Fenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fenced")
+            .field("deployment", &self.fence.deployment)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fenced {
+    /// Refuses writes to a deployment other than the lease's: the lease fences one deployment.
+    fn check(&self, deployment: &str) -> Result<(), StoreError> {
+        if deployment == self.fence.deployment {
+            return Ok(());
+        }
+        Err(StoreError::new(
+            lyra_core::state::StoreErrorKind::Other,
+            format!(
+                "a run under the lease on {:?} cannot write to deployment {deployment:?}",
+                self.fence.deployment
+            ),
+        ))
+    }
+}
+
+#[async_trait]
+impl Recorder for Fenced {
+    fn store_id(&self) -> &str {
+        self.store.store_id()
+    }
+
+    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+        self.store.load(deployment).await
+    }
+
+    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+        self.check(&run.deployment)?;
+        self.store.begin_run_fenced(&self.fence, run).await
+    }
+
+    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
+        self.check(deployment)?;
+        self.store.put_resource_fenced(&self.fence, record).await
+    }
+
+    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
+        self.check(deployment)?;
+        self.store.remove_resource_fenced(&self.fence, step_id).await
+    }
+
+    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
+        self.store.finish_run_fenced(&self.fence, run, end).await
+    }
+}
+
+/// What [`run_under_lease`] hands the caller's run: the lease, and the recorder fenced by it.
+#[derive(Debug, Clone)]
+pub struct Leased {
+    lease: Lease,
+    recorder: Fenced,
+    lost: Arc<AtomicBool>,
+}
+
+impl Leased {
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The run's [`Recorder`]: give it to the engine.
+    pub fn recorder(&self) -> &Fenced {
+        &self.recorder
+    }
+
+    /// Whether the lease was lost so far.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+/// How a run under a lease ended: what the run returned, and whether the lease was ours to
+/// the end.
+#[derive(Debug)]
+pub struct Ran<T> {
+    pub value: T,
+    /// `Err`: the release failed (the store is unreachable); the lease expires by itself.
+    pub released: Result<Released, StoreError>,
+}
+
+impl<T> Ran<T> {
+    /// Whether the lease was lost during the run. A failed release does not count: the
+    /// renewer would have seen a lease it could not keep.
+    pub fn lost(&self) -> bool {
+        matches!(self.released, Ok(Released::Lost))
+    }
+}
+
+/// Runs `run` under `deployment`'s lease: takes it (waiting up to `options.wait`, calling
+/// `on_wait` with the holder once before waiting; a set `cancel` ends the wait), runs `run`
+/// with it, releases it, and says whether it was still ours. While held, a lost lease sets
+/// `cancel` so the engine stops. The one entry point for every run that changes a
+/// deployment, in the CLI and the controller.
+pub async fn run_under_lease<T, W, F, Fut>(
+    store: &Arc<dyn Store>,
     deployment: &str,
     options: &LeaseOptions,
-    lost: Arc<AtomicBool>,
+    cancel: &Arc<AtomicBool>,
+    on_wait: W,
+    run: F,
+) -> Result<Ran<T>, LeaseError>
+where
+    W: FnOnce(&Lease),
+    F: FnOnce(Leased) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let held = acquire_waiting(Arc::clone(store), deployment, options, Arc::clone(cancel), on_wait).await?;
+    let leased = Leased {
+        lease: held.lease.clone(),
+        recorder: held.recorder(),
+        lost: Arc::clone(&held.lost),
+    };
+    let value = run(leased).await;
+    let released = held.release().await;
+    Ok(Ran { value, released })
+}
+
+/// Takes `deployment`'s lease, waiting for it up to `options.wait`, and keeps renewing it
+/// until the returned [`HeldLease`] is released or dropped. If the lease is lost while held,
+/// [`HeldLease::is_lost`] turns true and `cancel` is set.
+pub async fn acquire(
+    store: Arc<dyn Store>,
+    deployment: &str,
+    options: &LeaseOptions,
+    cancel: Arc<AtomicBool>,
+) -> Result<HeldLease, LeaseError> {
+    acquire_waiting(store, deployment, options, cancel, |_| {}).await
+}
+
+async fn acquire_waiting(
+    store: Arc<dyn Store>,
+    deployment: &str,
+    options: &LeaseOptions,
+    cancel: Arc<AtomicBool>,
+    on_wait: impl FnOnce(&Lease),
 ) -> Result<HeldLease, LeaseError> {
     let ttl_ms = i64::try_from(options.ttl.as_millis()).unwrap_or(i64::MAX);
     let request = LeaseRequest {
@@ -146,28 +333,71 @@ pub async fn acquire(
         token: new_token(),
         ttl_ms,
     };
-    let started = Instant::now();
-    let mut backoff = Duration::from_millis(100);
+    // Polls 100ms, 200ms, … up to every second while someone else holds it.
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(1))
+        .with_factor(2.0)
+        .without_max_times()
+        .build();
+    let mut on_wait = Some(on_wait);
+    let mut started = Instant::now();
     loop {
         // Taken before the call: the lease lasts `ttl` from some moment after this.
         let asked = Instant::now();
         match store.acquire_lease(&request).await? {
             LeaseGrant::Acquired(lease) => {
-                let renewer = tokio::spawn(renew(Arc::clone(&store), lease.clone(), options.ttl, asked, lost));
-                return Ok(HeldLease { store, lease, renewer });
+                let lost = Arc::new(AtomicBool::new(false));
+                let renewer = tokio::spawn(renew(
+                    Arc::clone(&store),
+                    lease.clone(),
+                    options.ttl,
+                    asked,
+                    Arc::clone(&lost),
+                    cancel,
+                ));
+                return Ok(HeldLease {
+                    store,
+                    lease,
+                    lost,
+                    renewer,
+                });
             }
             LeaseGrant::Held(holder) => {
                 let Some(wait) = options.wait else {
                     return Err(LeaseError::Held(holder));
                 };
+                if let Some(on_wait) = on_wait.take() {
+                    on_wait(&holder);
+                    // The wait counts from when the caller was told about it.
+                    started = Instant::now();
+                }
                 let waited = started.elapsed();
                 if waited >= wait {
                     return Err(LeaseError::TimedOut { holder, waited });
                 }
-                tokio::time::sleep(backoff.min(wait - waited)).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                let delay = delays.next().unwrap_or(Duration::from_secs(1)).min(wait - waited);
+                if !sleep_unless_cancelled(delay, &cancel).await {
+                    return Err(LeaseError::Cancelled(deployment.to_owned()));
+                }
             }
         }
+    }
+}
+
+/// Sleeps for `delay`, waking early when `cancel` is set. `false` if it was.
+async fn sleep_unless_cancelled(delay: Duration, cancel: &AtomicBool) -> bool {
+    const SLICE: Duration = Duration::from_millis(50);
+    let until = Instant::now() + delay;
+    loop {
+        if cancel.load(Ordering::SeqCst) {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        tokio::time::sleep(left.min(SLICE)).await;
     }
 }
 
@@ -176,16 +406,23 @@ fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// Renews every `ttl / 3` until aborted or the lease is lost.
+/// Renews every `ttl / 3` until aborted or the lease is lost; then marks it `lost` and sets
+/// `cancel`.
 async fn renew(
-    store: Arc<dyn StateStore>,
+    store: Arc<dyn Store>,
     mut lease: Lease,
     ttl: Duration,
     mut renewed: Instant,
     lost: Arc<AtomicBool>,
+    cancel: Arc<AtomicBool>,
 ) {
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     let period = ttl / 3;
+    let give_up = |deployment: &str, why: String| {
+        lost.store(true, Ordering::SeqCst);
+        cancel.store(true, Ordering::SeqCst);
+        tracing::warn!(deployment = %deployment, "{why}");
+    };
     loop {
         tokio::time::sleep(period).await;
         let asked = Instant::now();
@@ -195,26 +432,27 @@ async fn renew(
                 renewed = asked;
             }
             Ok(None) => {
-                tracing::warn!(
-                    deployment = %lease.deployment,
-                    "lost the lease on deployment {:?}: it was broken or taken over; stopping",
-                    lease.deployment
+                give_up(
+                    &lease.deployment,
+                    format!(
+                        "lost the lease on deployment {:?}: it was broken or taken over; stopping",
+                        lease.deployment
+                    ),
                 );
-                lost.store(true, Ordering::SeqCst);
                 return;
             }
             Err(error) => {
                 // The lease counts as lost if it may expire before the next attempt: someone
                 // else could take it then.
                 if renewed.elapsed() + period >= ttl {
-                    tracing::warn!(
-                        deployment = %lease.deployment,
-                        %error,
-                        "lost the lease on deployment {:?}: could not renew it for {}; stopping",
-                        lease.deployment,
-                        humantime::format_duration(ttl)
+                    give_up(
+                        &lease.deployment,
+                        format!(
+                            "lost the lease on deployment {:?}: could not renew it for {} ({error}); stopping",
+                            lease.deployment,
+                            humantime::format_duration(ttl)
+                        ),
                     );
-                    lost.store(true, Ordering::SeqCst);
                     return;
                 }
                 tracing::warn!(deployment = %lease.deployment, %error, "could not renew the lease; retrying");

@@ -28,6 +28,11 @@
 //! `StoreErrorKind::Unavailable`. Nothing reported as written is ever lost: a write is only
 //! reported once its commit is acknowledged.
 //!
+//! **Fencing.** A run's writes ([`FencedWrites`]) run in a transaction that first takes a
+//! share lock on the lease row with the run's token (`FOR SHARE`): no token, no write
+//! ([`Error::LeaseLost`]); and a takeover or break of the lease, which updates or deletes that
+//! row, waits for the write's commit, so it never slips in between check and write.
+//!
 //! **Leases** use the server's clock (`clock_timestamp()`), so clients with skewed clocks
 //! agree on expiry.
 
@@ -35,11 +40,10 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use crate::store::{Admin, Fence, Leases};
+use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunRecord};
 use async_trait::async_trait;
-use lyra_core::state::{
-    DeploymentExport, DeploymentState, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, ResourceRecord, RunEnd,
-    RunId, RunRecord, RunStart, StateStore, StoreError,
-};
+use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 
@@ -87,10 +91,10 @@ impl Default for PostgresOptions {
     }
 }
 
-/// A [`StateStore`] in a Postgres database. See the module docs for durability and retries.
+/// A state store ([`crate::Store`]) in a Postgres database. See the module docs for durability and retries.
 pub struct PostgresStore {
     pool: PgPool,
-    /// See [`StateStore::store_id`].
+    /// See [`Recorder::store_id`].
     id: String,
     /// `host:port/database`, for messages (never the URL: it may hold a password).
     target: String,
@@ -495,21 +499,40 @@ fn bind_resource<'q>(
         .bind(&row.create_key)
 }
 
-#[async_trait]
-impl StateStore for PostgresStore {
-    fn store_id(&self) -> &str {
-        &self.id
-    }
+crate::store::recorder_and_fenced_writes!(PostgresStore);
 
-    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+/// Refuses the transaction's write unless `fence` (when given) is the deployment's lease, and
+/// holds the lease row until the transaction ends, so it cannot change hands before the write
+/// commits.
+async fn fence_check(tx: &mut PgConnection, fence: Option<&Fence>) -> Result<(), Error> {
+    let Some(fence) = fence else {
+        return Ok(());
+    };
+    let held: Option<i32> = sqlx::query_scalar("SELECT 1 FROM leases WHERE deployment = $1 AND token = $2 FOR SHARE")
+        .bind(&fence.deployment)
+        .bind(&fence.token)
+        .fetch_optional(&mut *tx)
+        .await?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(Error::LeaseLost(fence.deployment.clone())),
+    }
+}
+
+/// What the `Recorder` and `FencedWrites` impls delegate to: the load, and the writes of a run
+/// (under `fence` when given), each in one transaction.
+impl PostgresStore {
+    async fn load_state(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
         Ok(self.retry(|_| self.load_once(deployment)).await?)
     }
 
-    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+    async fn begin_run_in(&self, fence: Option<&Fence>, run: &RunStart) -> Result<RunId, StoreError> {
         let row = RunRow::started(run, now_ms())?;
         // Only an apply changes which workflow the deployment runs.
         let applied_workflow = (row.operation == "apply").then_some(row.workflow.as_deref()).flatten();
         let mut conn = self.live_connection().await?;
+        let mut tx = conn.begin().await.map_err(|e| self.once_error(e))?;
+        fence_check(&mut tx, fence).await?;
         let id: i64 = sqlx::query_scalar(
             "WITH d AS (\
                  INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, $2, $5, $5) \
@@ -527,41 +550,69 @@ impl StateStore for PostgresStore {
         .bind(applied_workflow)
         .bind(&row.counts)
         .bind(&row.changes)
-        .fetch_one(&mut *conn)
+        .fetch_one(&mut *tx)
         .await
         .map_err(|e| self.once_error(e))?;
+        tx.commit().await.map_err(|e| self.once_error(e))?;
         Ok(id)
     }
 
-    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
+    /// Runs one write statement: alone (one autocommit round trip) without a fence, or in a
+    /// transaction after the fence check with one. Fewer round trips also mean fewer chances
+    /// for a dropped connection to fail a write until its retries run out.
+    async fn write(
+        &self,
+        fence: Option<&Fence>,
+        statement: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<(), Error> {
+        if fence.is_none() {
+            statement.execute(&self.pool).await?;
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        fence_check(&mut tx, fence).await?;
+        statement.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn put_resource_in(
+        &self,
+        fence: Option<&Fence>,
+        deployment: &str,
+        record: &ResourceRecord,
+    ) -> Result<(), StoreError> {
         let row = ResourceRow::new(deployment, record, now_ms())?;
         self.retry(|_| async {
-            bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row)
-                .execute(&self.pool)
-                .await?;
-            Ok(())
+            self.write(fence, bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row))
+                .await
         })
         .await?;
         Ok(())
     }
 
-    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
+    async fn remove_resource_in(
+        &self,
+        fence: Option<&Fence>,
+        deployment: &str,
+        step_id: &str,
+    ) -> Result<(), StoreError> {
         self.retry(|_| async {
-            sqlx::query("DELETE FROM resources WHERE deployment = $1 AND step_id = $2")
+            let remove = sqlx::query("DELETE FROM resources WHERE deployment = $1 AND step_id = $2")
                 .bind(deployment)
-                .bind(step_id)
-                .execute(&self.pool)
-                .await?;
-            Ok(())
+                .bind(step_id);
+            self.write(fence, remove).await
         })
         .await?;
         Ok(())
     }
 
-    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
+    async fn finish_run_in(&self, fence: Option<&Fence>, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
         let end = RunEndRow::new(run, end, now_ms())?;
         let end = &end;
         self.retry(|attempt| async move {
+            let mut tx = self.pool.begin().await?;
+            fence_check(&mut tx, fence).await?;
             // A retry also accepts a run already finished with exactly these values: the
             // previous attempt's commit may have succeeded with its answer lost.
             let query = if attempt == 0 {
@@ -583,14 +634,15 @@ impl StateStore for PostgresStore {
                 .bind(&end.changes)
                 .bind(&end.error)
                 .bind(&end.note)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
             if updated.rows_affected() == 1 {
+                tx.commit().await?;
                 return Ok(());
             }
             let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = $1")
                 .bind(end.id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *tx)
                 .await?;
             Err(match exists {
                 Some(_) => Error::RunAlreadyFinished(end.id),
@@ -600,86 +652,16 @@ impl StateStore for PostgresStore {
         .await?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl Admin for PostgresStore {
     async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
         Ok(self.retry(|_| self.list_once()).await?)
     }
 
     async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError> {
         Ok(self.retry(|_| self.history_once(deployment, true)).await?)
-    }
-
-    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
-        // Repeating is safe: a retry after a lost answer finds the lease under our token and
-        // renews it, keeping `since`.
-        Ok(self.retry(|_| self.acquire_once(request)).await?)
-    }
-
-    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError> {
-        let renewed = self
-            .retry(|_| async {
-                let row: Option<LeaseRow> = sqlx::query_as(concat!(
-                    "UPDATE leases SET expires = ",
-                    server_now_ms!(),
-                    " + $3 WHERE deployment = $1 AND token = $2 RETURNING ",
-                    lease_columns!()
-                ))
-                .bind(&lease.deployment)
-                .bind(&lease.token)
-                .bind(ttl_ms)
-                .fetch_optional(&self.pool)
-                .await?;
-                Ok(row)
-            })
-            .await?;
-        Ok(renewed.map(Lease::from))
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.retry(|_| async {
-            sqlx::query("DELETE FROM leases WHERE deployment = $1 AND token = $2")
-                .bind(&lease.deployment)
-                .bind(&lease.token)
-                .execute(&self.pool)
-                .await?;
-            Ok(())
-        })
-        .await?;
-        Ok(())
-    }
-
-    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
-        let row = self
-            .retry(|_| async {
-                let row: Option<LeaseRow> = sqlx::query_as(concat!(
-                    "SELECT ",
-                    lease_columns!(),
-                    " FROM leases WHERE deployment = $1 AND expires > ",
-                    server_now_ms!()
-                ))
-                .bind(deployment)
-                .fetch_optional(&self.pool)
-                .await?;
-                Ok(row)
-            })
-            .await?;
-        Ok(row.map(LeaseRow::public))
-    }
-
-    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
-        let row = self
-            .retry(|_| async {
-                let row: Option<LeaseRow> = sqlx::query_as(concat!(
-                    "DELETE FROM leases WHERE deployment = $1 RETURNING ",
-                    lease_columns!()
-                ))
-                .bind(deployment)
-                .fetch_optional(&self.pool)
-                .await?;
-                Ok(row)
-            })
-            .await?;
-        Ok(row.map(Lease::from))
     }
 
     async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError> {
@@ -771,6 +753,85 @@ impl StateStore for PostgresStore {
             })
             .await?;
         Ok(existed)
+    }
+}
+
+#[async_trait]
+impl Leases for PostgresStore {
+    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
+        // Repeating is safe: a retry after a lost answer finds the lease under our token and
+        // renews it, keeping `since`.
+        Ok(self.retry(|_| self.acquire_once(request)).await?)
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError> {
+        let renewed = self
+            .retry(|_| async {
+                let row: Option<LeaseRow> = sqlx::query_as(concat!(
+                    "UPDATE leases SET expires = ",
+                    server_now_ms!(),
+                    " + $3 WHERE deployment = $1 AND token = $2 RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(&lease.deployment)
+                .bind(&lease.token)
+                .bind(ttl_ms)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        Ok(renewed.map(Lease::from))
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
+        // A retry after a lost answer finds nothing and says "not ours": the caller then
+        // reports a lost lease it may in fact have kept, which errs on the side of caution.
+        let released = self
+            .retry(|_| async {
+                let done = sqlx::query("DELETE FROM leases WHERE deployment = $1 AND token = $2")
+                    .bind(&lease.deployment)
+                    .bind(&lease.token)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            })
+            .await?;
+        Ok(released)
+    }
+
+    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let row = self
+            .retry(|_| async {
+                let row: Option<LeaseRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    lease_columns!(),
+                    " FROM leases WHERE deployment = $1 AND expires > ",
+                    server_now_ms!()
+                ))
+                .bind(deployment)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        Ok(row.map(LeaseRow::public))
+    }
+
+    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let row = self
+            .retry(|_| async {
+                let row: Option<LeaseRow> = sqlx::query_as(concat!(
+                    "DELETE FROM leases WHERE deployment = $1 RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(deployment)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        Ok(row.map(Lease::from))
     }
 }
 

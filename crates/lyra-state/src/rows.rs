@@ -8,9 +8,10 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::{DeploymentSummary, Lease, RunRecord};
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, DeploymentSummary, Lease, Operation, Outcome, ResourceRecord, RunEnd,
-    RunId, RunRecord, RunStart, UnreadableRecord,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunStart,
+    UnreadableRecord,
 };
 use lyra_core::value::{Map, too_deep};
 use serde::{Deserialize, Serialize};

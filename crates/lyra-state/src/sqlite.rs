@@ -14,11 +14,10 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::store::{Admin, Fence, Leases};
+use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunRecord};
 use async_trait::async_trait;
-use lyra_core::state::{
-    DeploymentExport, DeploymentState, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, ResourceRecord, RunEnd,
-    RunId, RunRecord, RunStart, StateStore, StoreError,
-};
+use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, SqliteConnection};
 
@@ -75,7 +74,7 @@ impl Default for SqliteOptions {
     }
 }
 
-/// A [`StateStore`] in one SQLite file.
+/// A state store ([`crate::Store`]) in one SQLite file.
 ///
 /// Every write is committed when its call returns; concurrent writes share one commit.
 ///
@@ -89,7 +88,7 @@ impl Default for SqliteOptions {
 /// [`SqliteOptions::busy_timeout`]) instead of failing.
 pub struct SqliteStore {
     path: PathBuf,
-    /// See [`StateStore::store_id`].
+    /// See [`Recorder::store_id`].
     id: String,
     reads: SqlitePool,
     writer: Writer,
@@ -284,49 +283,62 @@ async fn migrate(path: &Path, conn: &mut SqliteConnection) -> Result<(), Error> 
     })
 }
 
-#[async_trait]
-impl StateStore for SqliteStore {
-    fn store_id(&self) -> &str {
-        &self.id
-    }
+crate::store::recorder_and_fenced_writes!(SqliteStore);
 
-    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+/// What the `Recorder` and `FencedWrites` impls delegate to: the load, and the writes of a run
+/// (under `fence` when given).
+impl SqliteStore {
+    /// The recorded state of a deployment, in one read transaction.
+    async fn load_state(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
         let mut tx = self.reads.begin().await.map_err(Error::from)?;
         let state = load_in(&mut tx, deployment).await?;
         tx.commit().await.map_err(Error::from)?;
         Ok(state)
     }
 
-    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+    async fn begin_run_in(&self, fence: Option<&Fence>, run: &RunStart) -> Result<RunId, StoreError> {
         let row = RunRow::started(run, now_ms())?;
-        match self.writer.submit(Op::BeginRun(row)).await? {
+        match self.writer.submit_fenced(Op::BeginRun(row), fence.cloned()).await? {
             Done::Run(id) => Ok(id),
             other => unreachable!("begin_run answered {other:?}"),
         }
     }
 
-    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
+    async fn put_resource_in(
+        &self,
+        fence: Option<&Fence>,
+        deployment: &str,
+        record: &ResourceRecord,
+    ) -> Result<(), StoreError> {
         // Encoding happens here, in the caller's task, so the writer only runs SQL.
         let row = ResourceRow::new(deployment, record, now_ms())?;
-        self.writer.submit(Op::Put(row)).await?;
+        self.writer.submit_fenced(Op::Put(row), fence.cloned()).await?;
         Ok(())
     }
 
-    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
+    async fn remove_resource_in(
+        &self,
+        fence: Option<&Fence>,
+        deployment: &str,
+        step_id: &str,
+    ) -> Result<(), StoreError> {
         let op = Op::Remove {
             deployment: deployment.to_owned(),
             step_id: step_id.to_owned(),
         };
-        self.writer.submit(op).await?;
+        self.writer.submit_fenced(op, fence.cloned()).await?;
         Ok(())
     }
 
-    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
+    async fn finish_run_in(&self, fence: Option<&Fence>, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
         let row = RunEndRow::new(run, end, now_ms())?;
-        self.writer.submit(Op::FinishRun(row)).await?;
+        self.writer.submit_fenced(Op::FinishRun(row), fence.cloned()).await?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl Admin for SqliteStore {
     async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
         Ok(self.list_inner().await?)
     }
@@ -342,70 +354,6 @@ impl StateStore for SqliteStore {
         .await
         .map_err(Error::from)?;
         Ok(rows.into_iter().map(RunRow::into_record).collect::<Result<_, _>>()?)
-    }
-
-    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
-        let op = Op::AcquireLease {
-            lease: LeaseRow {
-                deployment: request.deployment.clone(),
-                owner: request.owner.clone(),
-                operation: request.operation.clone(),
-                token: request.token.clone(),
-                since: 0,
-                expires: 0,
-            },
-            ttl_ms: request.ttl_ms,
-        };
-        match self.writer.submit(op).await? {
-            Done::Grant { acquired: true, lease } => Ok(LeaseGrant::Acquired(lease.into())),
-            Done::Grant { acquired: false, lease } => Ok(LeaseGrant::Held(lease.public())),
-            other => unreachable!("acquire_lease answered {other:?}"),
-        }
-    }
-
-    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError> {
-        let op = Op::RenewLease {
-            deployment: lease.deployment.clone(),
-            token: lease.token.clone(),
-            ttl_ms,
-        };
-        match self.writer.submit(op).await? {
-            Done::Lease(lease) => Ok(lease.map(Lease::from)),
-            other => unreachable!("renew_lease answered {other:?}"),
-        }
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        let op = Op::ReleaseLease {
-            deployment: lease.deployment.clone(),
-            token: lease.token.clone(),
-        };
-        self.writer.submit(op).await?;
-        Ok(())
-    }
-
-    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
-        let row: Option<LeaseRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            lease_columns!(),
-            " FROM leases WHERE deployment = ?1 AND expires > ?2"
-        ))
-        .bind(deployment)
-        .bind(now_ms())
-        .fetch_optional(&self.reads)
-        .await
-        .map_err(Error::from)?;
-        Ok(row.map(LeaseRow::public))
-    }
-
-    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
-        let op = Op::BreakLease {
-            deployment: deployment.to_owned(),
-        };
-        match self.writer.submit(op).await? {
-            Done::Lease(lease) => Ok(lease.map(Lease::from)),
-            other => unreachable!("break_lease answered {other:?}"),
-        }
     }
 
     async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError> {
@@ -441,6 +389,75 @@ impl StateStore for SqliteStore {
         match self.writer.submit(op).await? {
             Done::Existed(existed) => Ok(existed),
             other => unreachable!("drop_deployment answered {other:?}"),
+        }
+    }
+}
+
+#[async_trait]
+impl Leases for SqliteStore {
+    async fn acquire_lease(&self, request: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
+        let op = Op::AcquireLease {
+            lease: LeaseRow {
+                deployment: request.deployment.clone(),
+                owner: request.owner.clone(),
+                operation: request.operation.clone(),
+                token: request.token.clone(),
+                since: 0,
+                expires: 0,
+            },
+            ttl_ms: request.ttl_ms,
+        };
+        match self.writer.submit(op).await? {
+            Done::Grant { acquired: true, lease } => Ok(LeaseGrant::Acquired(lease.into())),
+            Done::Grant { acquired: false, lease } => Ok(LeaseGrant::Held(lease.public())),
+            other => unreachable!("acquire_lease answered {other:?}"),
+        }
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: i64) -> Result<Option<Lease>, StoreError> {
+        let op = Op::RenewLease {
+            deployment: lease.deployment.clone(),
+            token: lease.token.clone(),
+            ttl_ms,
+        };
+        match self.writer.submit(op).await? {
+            Done::Lease(lease) => Ok(lease.map(Lease::from)),
+            other => unreachable!("renew_lease answered {other:?}"),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let op = Op::ReleaseLease {
+            deployment: lease.deployment.clone(),
+            token: lease.token.clone(),
+        };
+        match self.writer.submit(op).await? {
+            Done::Existed(ours) => Ok(ours),
+            other => unreachable!("release_lease answered {other:?}"),
+        }
+    }
+
+    async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let row: Option<LeaseRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM leases WHERE deployment = ?1 AND expires > ?2"
+        ))
+        .bind(deployment)
+        .bind(now_ms())
+        .fetch_optional(&self.reads)
+        .await
+        .map_err(Error::from)?;
+        Ok(row.map(LeaseRow::public))
+    }
+
+    async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
+        let op = Op::BreakLease {
+            deployment: deployment.to_owned(),
+        };
+        match self.writer.submit(op).await? {
+            Done::Lease(lease) => Ok(lease.map(Lease::from)),
+            other => unreachable!("break_lease answered {other:?}"),
         }
     }
 }

@@ -35,6 +35,7 @@ macro_rules! for_each_check {
             lease_expires;
             break_lease_returns_holder;
             leases_are_per_deployment;
+            stale_lease_writes_are_refused;
             concurrent_acquires_one_winner(32);
             export_import_round_trip;
             import_replaces_resources;
@@ -160,7 +161,7 @@ mod existing {
         let store = SqliteStore::open_existing(&path, &SqliteOptions::default())
             .await
             .expect("an existing state opens");
-        use lyra_core::state::StateStore as _;
+        use crate::prelude::*;
         assert!(store.list().await.unwrap().is_empty());
         store.close().await.unwrap();
     }

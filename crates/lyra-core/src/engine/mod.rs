@@ -3,7 +3,7 @@
 //!
 //! Independent steps run concurrently; provider operations are bounded by a semaphore
 //! (`concurrency`). A step starts only when everything it reads is produced *and recorded*:
-//! each resource outcome is written through the [`StateStore`] before its returns are
+//! each resource outcome is written through the [`Recorder`] before its returns are
 //! published, so a crash at any moment loses nothing. A failed step's dependents are skipped,
 //! independent branches finish, and no resource of a failed or skipped step is ever deleted.
 //!
@@ -34,8 +34,8 @@ use crate::provider::Providers;
 use crate::report::{Action, Mode, Report, Status, StepReport};
 use crate::secret::{Secrets, masked};
 use crate::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunStart,
-    StateStore, StoreError, StoreErrorKind, UnreadableRecord,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId, RunStart,
+    StoreError, StoreErrorKind, UnreadableRecord,
 };
 use crate::types::Type;
 use crate::value::{Map, Value, dig, too_deep, too_deep_message};
@@ -68,7 +68,7 @@ pub enum EngineError {
 /// Runs programs against providers and a state store.
 pub struct Engine<'a> {
     pub providers: &'a Providers,
-    pub store: &'a dyn StateStore,
+    pub store: &'a dyn Recorder,
     pub observer: &'a dyn Observer,
     /// Source files, to name workflow locations in run-time errors.
     pub sources: &'a Sources,

@@ -14,9 +14,7 @@ use crate::diag::Sources;
 use crate::program;
 use crate::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use crate::schema::{AttributeSchema, ResourceSchema};
-use crate::state::{
-    DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunId, RunRecord, StoreErrorKind,
-};
+use crate::state::RunId;
 use crate::types::Type;
 
 struct MemStore {
@@ -45,7 +43,7 @@ impl MemStore {
 }
 
 #[async_trait]
-impl StateStore for MemStore {
+impl crate::state::Recorder for MemStore {
     fn store_id(&self) -> &str {
         &self.id
     }
@@ -83,41 +81,6 @@ impl StateStore for MemStore {
         self.ends.lock().unwrap().push(end.clone());
         Ok(())
     }
-    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
-        Ok(vec![])
-    }
-    async fn history(&self, _: &str) -> Result<Vec<RunRecord>, StoreError> {
-        Ok(vec![])
-    }
-    // The engine never touches leases or export: the callers around it do.
-    async fn acquire_lease(&self, _: &LeaseRequest) -> Result<LeaseGrant, StoreError> {
-        Err(unused())
-    }
-    async fn renew_lease(&self, _: &Lease, _: i64) -> Result<Option<Lease>, StoreError> {
-        Err(unused())
-    }
-    async fn release_lease(&self, _: &Lease) -> Result<(), StoreError> {
-        Err(unused())
-    }
-    async fn lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
-        Err(unused())
-    }
-    async fn break_lease(&self, _: &str) -> Result<Option<Lease>, StoreError> {
-        Err(unused())
-    }
-    async fn export(&self, _: &str) -> Result<Option<DeploymentExport>, StoreError> {
-        Err(unused())
-    }
-    async fn import(&self, _: &DeploymentExport) -> Result<(), StoreError> {
-        Err(unused())
-    }
-    async fn drop_deployment(&self, _: &str) -> Result<bool, StoreError> {
-        Err(unused())
-    }
-}
-
-fn unused() -> StoreError {
-    StoreError::new(StoreErrorKind::Other, "not used by the engine")
 }
 
 /// The advice of Lyra's CLI and controller (`lyra_host::Advice`), which messages here pin.

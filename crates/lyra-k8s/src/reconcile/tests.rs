@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use lyra_core::state::LeaseGrant;
 use lyra_providers::{ProvidersConfig, builtin};
+use lyra_state::LeaseGrant;
 use serde_json::json;
 
 use super::*;
@@ -70,7 +70,7 @@ steps:
 
 struct Harness {
     dir: tempfile::TempDir,
-    store: Arc<dyn StateStore>,
+    store: Arc<dyn Store>,
 }
 
 impl Harness {
@@ -326,7 +326,7 @@ async fn a_held_lease_is_waited_out_until_its_expiry_naming_the_holder() {
     let h = Harness::new().await;
     let rt = h.runtime();
     let r = Recorded::default();
-    let request = lyra_core::state::LeaseRequest {
+    let request = lyra_state::LeaseRequest {
         deployment: "k8s/ns/x".into(),
         owner: "alice@laptop".into(),
         operation: "apply".into(),
@@ -682,7 +682,7 @@ async fn a_delete_waits_for_a_held_lease_too() {
     let r = Recorded::default();
     let j = job("c", "cloud", 1, json!({}));
     rt.apply(&j, None, &r).await.unwrap();
-    let request = lyra_core::state::LeaseRequest {
+    let request = lyra_state::LeaseRequest {
         deployment: "k8s/ns/c".into(),
         owner: "alice@laptop".into(),
         operation: "state rm".into(),

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lyra_core::state::StateStore;
+use crate::Store;
 use tempfile::TempDir;
 
-use super::{LeaseError, LeaseOptions, acquire};
+use super::{LeaseError, LeaseOptions, Released, acquire, run_under_lease};
 use crate::SqliteStore;
 
-async fn store() -> (TempDir, Arc<dyn StateStore>) {
+async fn store() -> (TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(&dir.path().join("state.db")).await.expect("open");
     (dir, Arc::new(store))
@@ -160,9 +160,106 @@ async fn broken_lease_sets_lost() {
     acquire(store.clone(), "web", &options("bob@host", 30_000), flag())
         .await
         .expect("bob takes it");
-    held.release().await.expect("release lost lease");
+    assert!(held.is_lost());
+    assert_eq!(held.release().await.expect("release lost lease"), Released::Lost);
     assert_eq!(
         store.lease("web").await.expect("lease").map(|l| l.owner),
         Some("bob@host".to_owned())
     );
+}
+
+#[tokio::test]
+async fn a_run_under_a_lease_records_through_it_and_releases_it() {
+    use lyra_core::state::{Operation, Recorder as _, RunStart};
+    let (_dir, store) = store().await;
+    let cancel = flag();
+    let ran = run_under_lease(
+        &store,
+        "web",
+        &options("alice@laptop", 30_000),
+        &cancel,
+        |_| panic!("nothing to wait for"),
+        |leased| async move {
+            assert_eq!(leased.lease().owner, "alice@laptop");
+            let start = RunStart {
+                deployment: "web".to_owned(),
+                workflow: None,
+                operation: Operation::Apply,
+                actor: "alice@laptop".to_owned(),
+            };
+            leased
+                .recorder()
+                .begin_run(&start)
+                .await
+                .expect("recorded under the lease")
+        },
+    )
+    .await
+    .expect("ran");
+    assert_eq!(ran.released.as_ref().ok(), Some(&Released::Kept));
+    assert!(!ran.lost());
+    assert_eq!(store.history("web").await.expect("history")[0].id, ran.value);
+    assert_eq!(store.lease("web").await.expect("lease"), None, "released");
+    assert!(!cancel.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_run_that_loses_its_lease_is_told_and_cannot_record() {
+    use lyra_core::state::{Operation, Recorder as _, RunStart, StoreErrorKind};
+    let (_dir, store) = store().await;
+    let cancel = flag();
+    let broken = store.clone();
+    let ran = run_under_lease(
+        &store,
+        "web",
+        &options("alice@laptop", 150),
+        &cancel,
+        |_| {},
+        |leased| async move {
+            broken.break_lease("web").await.expect("break");
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !leased.is_lost() {
+                assert!(std::time::Instant::now() < deadline, "loss not detected");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let start = RunStart {
+                deployment: "web".to_owned(),
+                workflow: None,
+                operation: Operation::Apply,
+                actor: "alice@laptop".to_owned(),
+            };
+            leased.recorder().begin_run(&start).await.expect_err("refused").kind
+        },
+    )
+    .await
+    .expect("ran");
+    assert_eq!(ran.value, StoreErrorKind::LeaseLost);
+    assert!(ran.lost());
+    assert!(cancel.load(Ordering::SeqCst), "a lost lease stops the run");
+    assert!(store.history("web").await.expect("history").is_empty());
+}
+
+#[tokio::test]
+async fn a_cancel_ends_the_wait_for_a_lease() {
+    let (_dir, store) = store().await;
+    let _held = acquire(store.clone(), "web", &options("alice@laptop", 30_000), flag())
+        .await
+        .expect("acquire");
+    let cancel = flag();
+    let waiting = LeaseOptions {
+        wait: Some(Duration::from_secs(60)),
+        ..LeaseOptions::new("bob@host", "apply")
+    };
+    let canceller = cancel.clone();
+    let err = run_under_lease(
+        &store,
+        "web",
+        &waiting,
+        &cancel,
+        |_| canceller.store(true, Ordering::SeqCst),
+        |_| async { panic!("never runs") },
+    )
+    .await
+    .expect_err("cancelled");
+    assert!(matches!(err, LeaseError::Cancelled(ref d) if d == "web"), "{err:?}");
 }

@@ -4,11 +4,13 @@
 // Tests report what they measured on the terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use crate::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lyra_core::state::{StateStore, StoreError, StoreErrorKind};
+use crate::Store;
+use lyra_core::state::{StoreError, StoreErrorKind};
 use sqlx::{Connection, PgConnection};
 
 use super::PostgresStore;
@@ -45,7 +47,7 @@ async fn schemas_are_separate_states() {
         return;
     };
     let opens = (0..4).map(|_| crate::open(one.url()));
-    let stores: Vec<Arc<dyn StateStore>> = futures::future::join_all(opens)
+    let stores: Vec<Arc<dyn Store>> = futures::future::join_all(opens)
         .await
         .into_iter()
         .map(|s| s.expect("concurrent open"))

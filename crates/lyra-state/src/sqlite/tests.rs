@@ -4,13 +4,15 @@
 // Child processes of these tests talk to the parent over stdout.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use crate::prelude::*;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lyra_core::state::{LeaseGrant, StateStore, StoreError, StoreErrorKind};
+use crate::{LeaseGrant, Store};
+use lyra_core::state::{StoreError, StoreErrorKind};
 use sqlx::{Connection, SqliteConnection};
 use tempfile::TempDir;
 
@@ -216,10 +218,10 @@ async fn undecodable_rows_are_listed_not_fatal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_handles_on_one_file() {
     let f = Fixture::new().await;
-    let other: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&f.path).await.expect("second open"));
-    let mine: Arc<dyn StateStore> = Arc::new(f.store);
+    let other: Arc<dyn Store> = Arc::new(SqliteStore::open(&f.path).await.expect("second open"));
+    let mine: Arc<dyn Store> = Arc::new(f.store);
     // `chunk` puts at a time: 1 is a chain of lone writes (autocommit), 30 gives batches.
-    let write = |store: Arc<dyn StateStore>, deployment: &'static str, chunk: usize| {
+    let write = |store: Arc<dyn Store>, deployment: &'static str, chunk: usize| {
         tokio::spawn(async move {
             store.begin_run(&c::apply(deployment, "wf")).await.expect("begin_run");
             let records: Vec<_> = (0..300).map(|i| c::resource(&format!("r{i:03}"))).collect();

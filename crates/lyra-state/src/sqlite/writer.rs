@@ -14,6 +14,10 @@
 //! lease work for two CLIs on one file. Their times come from this process's clock when the
 //! statement runs, not when it was queued.
 //!
+//! A run's writes carry its lease ([`Fence`]): each is made only if that lease is still the
+//! deployment's, checked in the same transaction, so they never take the single-statement
+//! path. A refused one fails alone with [`Error::LeaseLost`] and writes nothing.
+//!
 //! A write that is wrong on its own (finishing an unknown run) fails alone without touching
 //! the database. A database failure fails the whole batch: it is rolled back and every waiter
 //! gets the same error.
@@ -29,6 +33,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::Error;
 use crate::rows::{LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms};
+use crate::store::Fence;
 
 /// Most writes committed in one transaction; also the queue length before callers wait.
 const MAX_BATCH: usize = 1024;
@@ -110,6 +115,8 @@ type Reply = Result<Done, Arc<Error>>;
 
 struct Job {
     op: Op,
+    /// The lease the write is made under, if any.
+    fence: Option<Fence>,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -130,8 +137,17 @@ impl Writer {
 
     /// Queues `op` and waits until it is committed.
     pub async fn submit(&self, op: Op) -> Result<Done, Error> {
+        self.submit_fenced(op, None).await
+    }
+
+    /// Queues `op`, to be written only while `fence` is the deployment's lease, and waits
+    /// until it is committed (or refused).
+    pub async fn submit_fenced(&self, op: Op, fence: Option<Fence>) -> Result<Done, Error> {
         let (reply, answer) = oneshot::channel();
-        self.queue.send(Job { op, reply }).await.map_err(|_| Error::Closed)?;
+        self.queue
+            .send(Job { op, fence, reply })
+            .await
+            .map_err(|_| Error::Closed)?;
         match answer.await {
             Ok(Ok(value)) => Ok(value),
             // Sole owner: the error was this write's own; otherwise the batch shares it.
@@ -205,6 +221,7 @@ impl Task {
         // A lone single-statement write is its own transaction: no BEGIN/COMMIT round trips.
         // This is the deep-chain case, where each write waits for the previous one.
         if let [job] = jobs
+            && job.fence.is_none()
             && job.op.is_single_statement()
             && !matches!(&job.op, Op::Put(row) if !self.known.contains(&row.deployment))
         {
@@ -219,6 +236,12 @@ impl Task {
         let mut exists: HashMap<&str, bool> = HashMap::new();
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
+            if let Some(fence) = &job.fence
+                && !holds(&mut tx, fence).await?
+            {
+                results.push(Err(Error::LeaseLost(fence.deployment.clone())));
+                continue;
+            }
             match &job.op {
                 Op::Put(row) => {
                     let deployment = row.deployment.as_str();
@@ -265,6 +288,18 @@ impl Task {
         }
         Ok(results)
     }
+}
+
+/// Whether `fence` is the deployment's lease now. Expiry is not checked: an expired lease
+/// nobody took yet is still the holder's (its renewal would succeed), and whoever takes it
+/// replaces the token under the same write lock.
+async fn holds(conn: &mut SqliteConnection, fence: &Fence) -> Result<bool, sqlx::Error> {
+    let held: Option<i64> = sqlx::query_scalar("SELECT 1 FROM leases WHERE deployment = ?1 AND token = ?2")
+        .bind(&fence.deployment)
+        .bind(&fence.token)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(held.is_some())
 }
 
 const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, \
@@ -444,12 +479,12 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
             Ok(Ok(Done::Lease(renewed)))
         }
         Op::ReleaseLease { deployment, token } => {
-            sqlx::query("DELETE FROM leases WHERE deployment = ?1 AND token = ?2")
+            let released = sqlx::query("DELETE FROM leases WHERE deployment = ?1 AND token = ?2")
                 .bind(deployment)
                 .bind(token)
                 .execute(&mut *conn)
                 .await?;
-            Ok(Ok(Done::Unit))
+            Ok(Ok(Done::Existed(released.rows_affected() > 0)))
         }
         Op::BreakLease { deployment } => {
             let broken = fetch_lease(
