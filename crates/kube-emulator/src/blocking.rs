@@ -32,6 +32,7 @@ impl BlockingKubeEmulator {
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
+                    .thread_stack_size(crate::THREAD_STACK)
                     .enable_all()
                     .build()
                 {
