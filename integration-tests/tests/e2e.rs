@@ -12,6 +12,7 @@ mod e2e {
     mod compat;
     mod computed_attributes;
     mod controller;
+    mod controller_deep;
     mod controller_deletes;
     mod controller_events;
     mod controller_inline;
