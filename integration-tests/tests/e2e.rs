@@ -23,6 +23,7 @@ mod e2e {
     mod crash;
     mod credentials;
     mod deep_values;
+    mod deployment_names;
     mod docs;
     mod encoding;
     mod failures;

@@ -100,10 +100,12 @@ impl Job {
             (Some(_), Some(_)) => Err("set exactly one of spec.workflowName and spec.workflow, not both".to_owned()),
             _ => Err("set spec.workflowName (a workflow on the controller's load path) or spec.workflow".to_owned()),
         };
-        // Data nested too deep to read makes the spec unusable, as a bad workflow does.
-        let (workflow, data) = match data {
-            Ok(data) => (workflow, data),
-            Err(m) => (Err(m), None),
+        // Data nested too deep to read makes the spec unusable, as a bad workflow does; so
+        // would a name the state cannot take (the API server's names always make one).
+        let (workflow, data) = match (data, lyra_core::names::check_deployment_name(&key.deployment())) {
+            (Ok(data), Ok(())) => (workflow, data),
+            (Err(m), _) => (Err(m), None),
+            (_, Err(why)) => (Err(format!("deployment name {:?}: {why}", key.deployment())), None),
         };
         Some(Job {
             uid: wf.metadata.uid.clone(),
