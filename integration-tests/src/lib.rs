@@ -555,7 +555,7 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// A deterministic generator of test inputs: `rand`'s `StdRng` from a seed, so the same seed
 /// gives the same inputs (with one version of `rand`).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Rng(rand::rngs::StdRng);
 
 impl Rng {
@@ -564,12 +564,12 @@ impl Rng {
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        rand::RngCore::next_u64(&mut self.0)
+        rand::Rng::next_u64(&mut self.0)
     }
 
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
-        rand::Rng::random_range(&mut self.0, 0..n)
+        rand::RngExt::random_range(&mut self.0, 0..n)
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
