@@ -556,30 +556,27 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// A small deterministic PRNG (SplitMix64): the same seed gives the same test inputs.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+/// A deterministic generator of test inputs: `rand`'s `StdRng` from a seed, so the same seed
+/// gives the same inputs (with one version of `rand`).
+#[derive(Debug)]
+pub struct Rng(rand::rngs::StdRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(rand::SeedableRng::seed_from_u64(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        rand::Rng::next_u64(&mut self.0)
     }
 
-    /// Uniform-enough in `0..n` (`n > 0`).
+    /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
+        rand::RngExt::random_range(&mut self.0, 0..n)
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
+        rand::seq::IndexedRandom::choose(items, &mut self.0).expect("something to pick from")
     }
 }
 

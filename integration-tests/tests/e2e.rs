@@ -15,6 +15,7 @@ mod e2e {
     mod compat;
     mod computed_attributes;
     mod controller;
+    mod controller_deep;
     mod controller_deletes;
     mod controller_events;
     mod controller_inline;
@@ -25,6 +26,7 @@ mod e2e {
     mod crash;
     mod credentials;
     mod deep_values;
+    mod deployment_names;
     mod docs;
     mod encoding;
     mod failures;

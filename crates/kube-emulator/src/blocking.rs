@@ -12,7 +12,9 @@ use crate::server::{Config, KubeEmulator, Shared};
 /// shuts the server down and joins the thread.
 #[derive(Debug)]
 pub struct BlockingKubeEmulator {
-    shared: Arc<Shared>,
+    /// `None` once dropping: the objects are dropped on the emulator's threads, whose stacks
+    /// are deep enough for deep objects.
+    shared: Option<Arc<Shared>>,
     url: String,
     kubeconfig: PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -29,9 +31,11 @@ impl BlockingKubeEmulator {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("kube-emulator".into())
+            .stack_size(crate::THREAD_STACK)
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
+                    .thread_stack_size(crate::THREAD_STACK)
                     .enable_all()
                     .build()
                 {
@@ -63,7 +67,7 @@ impl BlockingKubeEmulator {
             .recv()
             .map_err(|_| io::Error::other("the emulator thread died"))??;
         Ok(BlockingKubeEmulator {
-            shared,
+            shared: Some(shared),
             url,
             kubeconfig,
             stop: Some(stop_tx),
@@ -77,7 +81,9 @@ impl BlockingKubeEmulator {
 
     /// How many watch streams are open now.
     pub fn active_watches(&self) -> usize {
-        self.shared.active_watches.load(Ordering::SeqCst)
+        self.shared
+            .as_ref()
+            .map_or(0, |s| s.active_watches.load(Ordering::SeqCst))
     }
 
     /// Blocks until at least `n` watches are open (a kubectl `get -w` or `wait` is listening),
@@ -102,6 +108,7 @@ impl BlockingKubeEmulator {
 
 impl Drop for BlockingKubeEmulator {
     fn drop(&mut self) {
+        drop(self.shared.take());
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -61,6 +61,11 @@
 //!   and objects over etcd's 1.5 MiB (500 `etcdserver: request is too large`, counted on the
 //!   object's JSON). `events.k8s.io/v1` writes are validated as the apiserver does (required
 //!   fields, length limits, an immutable note).
+//! - Deep objects, as the apiserver takes them: request bodies nest up to 10,000 levels (400
+//!   beyond), not `serde_json`'s default of 128. Handling such an object walks it
+//!   recursively, so the server needs deep stacks: [`BlockingKubeEmulator`] and the binary run
+//!   it on threads of [`THREAD_STACK`] bytes; a runtime of your own given to
+//!   [`KubeEmulator::start`] should do the same if its tests store deep objects.
 //!
 //! # What it does not do
 //! - No authentication, authorization (RBAC), TLS, admission webhooks, ValidatingAdmission
@@ -115,7 +120,13 @@ mod store;
 mod table;
 mod watch;
 
+pub use api::MAX_JSON_DEPTH;
 pub use blocking::BlockingKubeEmulator;
+
+/// The stack of the server's threads in [`BlockingKubeEmulator`] and the binary: enough for
+/// the recursive walks over an object nested [`MAX_JSON_DEPTH`] levels (reading, pruning,
+/// validating, writing, dropping it), in a debug build. Reserved, not committed, memory.
+pub const THREAD_STACK: usize = 256 * 1024 * 1024;
 pub use server::{Config, KubeEmulator, kubeconfig_yaml};
 
 use server::Shared;

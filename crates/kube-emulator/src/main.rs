@@ -23,9 +23,17 @@ struct Args {
     event_log_capacity: usize,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Deep objects are walked recursively: the server's threads need deep stacks.
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(kube_emulator::THREAD_STACK)
+        .enable_all()
+        .build()?
+        .block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
     let config = Config {
         port: args.port,
         kubeconfig: Some(args.kubeconfig),

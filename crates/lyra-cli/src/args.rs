@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use lyra_core::names::check_deployment_name;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -147,7 +148,7 @@ pub struct RunArgs {
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
     /// Deployment name: the state is kept per deployment. Default: the workflow's name.
-    #[arg(long, value_name = "DEPLOYMENT")]
+    #[arg(long, value_name = "DEPLOYMENT", value_parser = DeploymentName)]
     pub name: Option<String>,
     /// Where state is kept: a SQLite file (path or sqlite://PATH) or a Postgres database
     /// (postgres://USER@HOST/DB, optionally ?schema=NAME). Default: ./.lyra/state.db.
@@ -191,6 +192,33 @@ pub struct LockArgs {
     pub lease_ttl: std::time::Duration,
 }
 
+/// A deployment name as every command takes it ([`check_deployment_name`]): a bad one is a
+/// usage error before any store is opened. Its own error, because clap's would echo the value
+/// as it is, and a name with a newline in it would forge lines of the message.
+#[derive(Debug, Clone, Copy)]
+struct DeploymentName;
+
+impl clap::builder::TypedValueParser for DeploymentName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let name = clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)?;
+        check_deployment_name(&name).map(|()| name.clone()).map_err(|why| {
+            let arg = arg.map_or_else(|| "DEPLOYMENT".to_owned(), ToString::to_string);
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid deployment name {name:?} for '{arg}': {why}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+}
+
 fn parse_ttl(s: &str) -> Result<std::time::Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d < std::time::Duration::from_millis(300) {
@@ -202,6 +230,7 @@ fn parse_ttl(s: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
     /// The deployment to delete (by default the workflow's name: `lyra delete foobernetes`).
+    #[arg(value_parser = DeploymentName)]
     pub deployment: String,
     #[command(flatten)]
     pub state: StateArgs,
@@ -227,6 +256,7 @@ pub struct GraphArgs {
 #[derive(Debug, Args)]
 pub struct StateShowArgs {
     /// The deployment to show.
+    #[arg(value_parser = DeploymentName)]
     pub deployment: String,
     #[command(flatten)]
     pub state: StateArgs,
@@ -235,6 +265,7 @@ pub struct StateShowArgs {
 #[derive(Debug, Args)]
 pub struct StateRmArgs {
     /// The deployment.
+    #[arg(value_parser = DeploymentName)]
     pub deployment: String,
     /// Steps to forget, as `lyra state show` lists them.
     #[arg(required = true)]
@@ -248,6 +279,7 @@ pub struct StateRmArgs {
 #[derive(Debug, Args)]
 pub struct StateUnlockArgs {
     /// The deployment whose lease to break.
+    #[arg(value_parser = DeploymentName)]
     pub deployment: String,
     /// Really break it (without, only shows who holds it).
     #[arg(long)]
@@ -259,6 +291,7 @@ pub struct StateUnlockArgs {
 #[derive(Debug, Args)]
 pub struct StateExportArgs {
     /// Deployments to export. Default: all.
+    #[arg(value_parser = DeploymentName)]
     pub deployments: Vec<String>,
     /// Write to this file instead of stdout (with -o json, stdout then gets a summary).
     #[arg(short, long, value_name = "FILE")]
@@ -290,6 +323,7 @@ pub struct StateMigrateArgs {
     #[arg(long, value_name = "URL")]
     pub to: String,
     /// Deployments to move. Default: all.
+    #[arg(value_parser = DeploymentName)]
     pub deployments: Vec<String>,
     /// Overwrite deployments that already exist in the target.
     #[arg(long)]
@@ -305,6 +339,7 @@ pub struct StateMigrateArgs {
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
     /// The deployment whose runs to show.
+    #[arg(value_parser = DeploymentName)]
     pub deployment: String,
     #[command(flatten)]
     pub state: StateArgs,

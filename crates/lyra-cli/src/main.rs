@@ -272,11 +272,10 @@ pub fn actor() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "unknown".to_owned());
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
+    let host = hostname::get()
         .ok()
+        .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".to_owned());
     format!("{user}@{host}")
 }
@@ -359,6 +358,15 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
         foobernetes_file: a.exec.foobernetes_file.clone(),
     });
     let loc = load::locate(&a.workflow.workflow, a.workflow.workflows.as_deref())?;
+    if a.name.is_none() {
+        // A workflow file named anyhow names its deployment: the name rule holds for it too.
+        lyra_core::names::check_deployment_name(&loc.name).map_err(|why| {
+            Exit::usage(format!(
+                "the workflow's name {:?} cannot name a deployment: {why}; give one with --name",
+                loc.name
+            ))
+        })?;
+    }
     let mut sources = Sources::default();
     let program = load::load_program(&loc, providers.schemas(), &mut sources)?;
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;

@@ -294,11 +294,10 @@ async fn serve(
 }
 
 fn default_identity() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
+    let host = hostname::get()
         .ok()
+        .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".to_owned());
     format!("{host}-{}", std::process::id())
 }

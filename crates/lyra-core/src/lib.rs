@@ -9,6 +9,7 @@ pub mod expr;
 pub mod graph;
 pub mod guard;
 pub mod model;
+pub mod names;
 pub mod program;
 pub mod provider;
 pub mod report;

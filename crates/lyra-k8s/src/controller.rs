@@ -312,12 +312,13 @@ async fn remove_finalizer(api: &Api<Workflow>, wf: &Workflow, index: usize) -> R
 
 fn error_policy(_wf: Arc<Workflow>, error: &Error, _ctx: Arc<Context>) -> Action {
     // Errors the core classified carry their backoff; anything else (the API server
-    // refusing a patch) is retried soon, jittered so a burst does not come back at once.
-    Action::requeue(
-        error
-            .retry_after()
-            .unwrap_or_else(|| Duration::from_millis(5_000 + rand::random::<u64>() % 5_000)),
-    )
+    // refusing a patch) is retried soon, jittered so a burst does not come back at once:
+    // in 5 to 10 s.
+    let soon = crate::retry::Backoff {
+        base: Duration::from_secs(10),
+        max: Duration::from_secs(10),
+    };
+    Action::requeue(error.retry_after().unwrap_or_else(|| soon.delay(1)))
 }
 
 /// Reports to the API server: status by merge patch on the status subresource (only the

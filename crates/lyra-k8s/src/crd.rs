@@ -9,6 +9,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::free::FreeForm;
+
 /// Added to every Workflow; released only when its resources are gone (or forgotten).
 pub const FINALIZER: &str = "lyra.dev/cleanup";
 /// Changing this annotation's value asks for a run; the value handled last is echoed in
@@ -61,12 +63,12 @@ pub struct WorkflowSpec {
     /// The workflow itself, embedded as a YAML object (what a workflow file would hold).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_object")]
-    pub workflow: Option<Value>,
+    pub workflow: Option<FreeForm>,
     /// Data for the workflow's lookups: nested values, and flat dotted keys
     /// (`aws.tags.Name: x`) as the original Lyra took them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_object")]
-    pub data: Option<Value>,
+    pub data: Option<FreeForm>,
     /// Re-apply this often (e.g. `60s`, `5m`, `1h30m`) to correct drift. Default: only when
     /// the object changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,7 +304,10 @@ mod tests {
         assert_eq!(wf.spec.deletion_policy, DeletionPolicy::Delete);
         assert!(!wf.spec.suspend);
         assert_eq!(wf.spec.refresh_interval, None);
-        assert_eq!(wf.spec.data.as_ref().unwrap()["aws.tags.Name"], "x");
+        assert_eq!(
+            wf.spec.data.as_ref().unwrap().value("spec.data").unwrap()["aws.tags.Name"],
+            "x"
+        );
         // Unset fields are left out, so status and spec patches never write nulls.
         let back = serde_json::to_value(&wf.spec).unwrap();
         assert!(back.get("workflow").is_none());

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod crd;
 pub mod data;
 pub mod events;
+pub mod free;
 pub mod inline;
 pub mod metrics;
 pub mod reconcile;

@@ -75,7 +75,8 @@ pub struct Job {
     /// of a name, so a deleted and re-created object starts afresh.
     pub uid: Option<String>,
     pub generation: Option<i64>,
-    /// `Err`: the spec does not say which workflow (a terminal error).
+    /// `Err`: the spec does not say which workflow, or a free-form field cannot be read (a
+    /// terminal error).
     pub workflow: Result<WorkflowRef, String>,
     pub data: Option<Value>,
     pub refresh_interval: Option<String>,
@@ -90,20 +91,28 @@ impl Job {
     pub fn from_workflow(wf: &Workflow) -> Option<Job> {
         let key = ObjectKey::new(wf.metadata.namespace.clone()?, wf.metadata.name.clone()?);
         let spec = &wf.spec;
+        let data = spec.data.as_ref().map(|d| d.value("spec.data").cloned()).transpose();
         let workflow = match (&spec.workflow_name, &spec.workflow) {
             (Some(n), None) if !n.is_empty() => Ok(WorkflowRef::Named(n.clone())),
-            (None, Some(body)) => Ok(WorkflowRef::Inline {
+            (None, Some(body)) => body.value("spec.workflow").map(|body| WorkflowRef::Inline {
                 name: key.name.clone(),
                 body: body.clone(),
             }),
             (Some(_), Some(_)) => Err("set exactly one of spec.workflowName and spec.workflow, not both".to_owned()),
             _ => Err("set spec.workflowName (a workflow on the controller's load path) or spec.workflow".to_owned()),
         };
+        // Data nested too deep to read makes the spec unusable, as a bad workflow does; so
+        // would a name the state cannot take (the API server's names always make one).
+        let (workflow, data) = match (data, lyra_core::names::check_deployment_name(&key.deployment())) {
+            (Ok(data), Ok(())) => (workflow, data),
+            (Err(m), _) => (Err(m), None),
+            (_, Err(why)) => (Err(format!("deployment name {:?}: {why}", key.deployment())), None),
+        };
         Some(Job {
             uid: wf.metadata.uid.clone(),
             generation: wf.metadata.generation,
             workflow,
-            data: spec.data.clone(),
+            data,
             refresh_interval: spec.refresh_interval.clone(),
             deletion_policy: spec.deletion_policy,
             suspend: spec.suspend,

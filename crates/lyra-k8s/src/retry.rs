@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder as _, ExponentialBuilder};
+
 /// Whether trying again can help without anyone changing anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -13,8 +15,10 @@ pub enum ErrorClass {
     Terminal,
 }
 
-/// Exponential backoff with full jitter on the upper half: attempt `n` (1-based) waits
-/// between half and all of `min(base * 2^(n-1), max)`, so replicas of a failure spread out.
+/// Exponential backoff with jitter on the upper half: attempt `n` (1-based) waits between
+/// half and all of `min(base * 2^(n-1), max)`, so replicas of a failure spread out. The
+/// schedule is `backon`'s: it doubles from `base / 2` up to `max / 2`, and its jitter adds up
+/// to as much again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     pub base: Duration,
@@ -31,21 +35,29 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    fn schedule(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_min_delay(self.base / 2)
+            .with_max_delay(self.max / 2)
+            .with_factor(2.0)
+            .without_max_times()
+    }
+
+    /// The `attempt`th (1-based) delay of `builder`'s schedule. Past 30 doublings every
+    /// schedule is at its cap.
+    fn nth(builder: ExponentialBuilder, attempt: u32) -> Duration {
+        let n = attempt.saturating_sub(1).min(30) as usize;
+        builder.build().nth(n).unwrap_or_default()
+    }
+
     /// The ceiling of attempt `n`'s delay, before jitter.
     pub fn ceiling(&self, attempt: u32) -> Duration {
-        let exp = attempt.saturating_sub(1).min(30);
-        self.base.saturating_mul(1 << exp).min(self.max)
+        Self::nth(self.schedule(), attempt) * 2
     }
 
-    /// The delay before retry `attempt`, jittered with `unit` in `[0, 1)`.
-    pub fn delay_with(&self, attempt: u32, unit: f64) -> Duration {
-        let ceiling = self.ceiling(attempt);
-        let half = ceiling / 2;
-        half + (ceiling - half).mul_f64(unit.clamp(0.0, 1.0))
-    }
-
+    /// The delay before retry `attempt`: between half and all of its ceiling.
     pub fn delay(&self, attempt: u32) -> Duration {
-        self.delay_with(attempt, rand::random::<f64>())
+        Self::nth(self.schedule().with_jitter(), attempt)
     }
 }
 
@@ -67,12 +79,14 @@ mod tests {
     #[test]
     fn jitter_stays_in_the_upper_half() {
         let b = Backoff::default();
-        for n in 1..10 {
+        for n in 1..12 {
             let c = b.ceiling(n);
-            assert_eq!(b.delay_with(n, 0.0), c / 2);
-            assert_eq!(b.delay_with(n, 1.0), c);
-            let d = b.delay(n);
-            assert!(d >= c / 2 && d <= c, "{d:?} vs {c:?}");
+            let delays: Vec<Duration> = (0..50).map(|_| b.delay(n)).collect();
+            assert!(delays.iter().all(|d| *d >= c / 2 && *d <= c), "{delays:?} vs {c:?}");
+            // Jittered: fifty draws are not all the same.
+            assert!(delays.iter().any(|d| *d != delays[0]), "{delays:?}");
         }
+        assert_eq!(b.ceiling(1), Duration::from_secs(2));
+        assert_eq!(b.ceiling(100), Duration::from_secs(300));
     }
 }

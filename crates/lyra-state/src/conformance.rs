@@ -1131,6 +1131,8 @@ pub async fn damaged_record_is_listed(store: &dyn Store) {
     let bad = &state.unreadable[0];
     assert_eq!((bad.step_id.as_str(), bad.type_name.as_str()), ("a", "Test::Thing"));
     assert!(bad.error.contains("corrupt state"), "{}", bad.error);
+    // Where in the record, the same words on every backend (one decoder for all).
+    assert!(bad.error.contains(" at line 1 column "), "{}", bad.error);
     let export = store
         .export("d")
         .await

@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use crate::store::{Admin, Fence, Leases};
 use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunRecord};
 use async_trait::async_trait;
+use backon::{BackoffBuilder as _, ExponentialBuilder};
 use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
@@ -259,19 +260,25 @@ impl PostgresStore {
         Fut: Future<Output = Result<T, Error>>,
     {
         let started = Instant::now();
-        let mut backoff = Duration::ZERO;
+        // The failed connection is not reused: the pool pings it on release and drops it. The
+        // first retry is immediate (a stale pooled connection is the common case); later ones
+        // back off, 25 ms doubling up to 1 s, while the server may be restarting.
+        let mut delays = std::iter::once(Duration::ZERO).chain(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(25))
+                .with_max_delay(Duration::from_secs(1))
+                .without_max_times()
+                .build(),
+        );
         for n in 0.. {
             match attempt(n).await {
                 Err(Error::Sqlx(e)) if is_connection_fault(&e) => {
+                    let backoff = delays.next().unwrap_or(Duration::from_secs(1));
                     if started.elapsed() + backoff >= self.retry_for {
                         return Err(self.unavailable(e));
                     }
                     tracing::debug!(error = %e, attempt = n, "Postgres state: retrying after a connection fault");
-                    // The failed connection is not reused: the pool pings it on release and
-                    // drops it. The first retry is immediate (a stale pooled connection is the
-                    // common case); later ones back off while the server may be restarting.
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).clamp(Duration::from_millis(25), Duration::from_secs(1));
                 }
                 Err(Error::Sqlx(sqlx::Error::PoolClosed)) => return Err(Error::Closed),
                 other => return other,

@@ -66,7 +66,10 @@ spec:
     };
     let m = stalled("unknown-ref");
     assert!(
-        m.starts_with("spec.workflow.steps.web.value.input.port: ") && m.contains("$nosuch"),
+        m.starts_with("spec.workflow.steps.web.value.input.port: ")
+            && m.contains("$nosuch")
+            // What to fix, as the CLI says it (issue 9 F7).
+            && m.contains("(help: add a parameter 'nosuch' or a step that returns 'nosuch')"),
         "{m}"
     );
     let m = stalled("yaml-boolean");

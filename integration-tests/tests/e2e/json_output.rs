@@ -138,8 +138,26 @@ fn every_command_prints_one_document_that_matches_its_schema() {
         "usage",
         2,
     );
-    error(&lyra, &["plan", "nosuch"], "usage", 2);
-    error(&lyra, &["graph", "nosuch"], "usage", 2);
+    error(
+        &lyra,
+        &["state", "migrate", "--from", ".lyra/state.db", "--to", "m.db", "nosuch"],
+        "not_found",
+        1,
+    );
+    // Lookups of files (issue 9 F7): a workflow or data file that is not there is a usage
+    // error for every command that reads one (exit.rs, `kind::USAGE`), never a generic failure.
+    for cmd in ["validate", "plan", "apply", "graph"] {
+        error(&lyra, &[cmd, "nosuch"], "usage", 2);
+    }
+    for cmd in ["plan", "apply"] {
+        let missing = error(&lyra, &[cmd, "pair", "--data", "nosuch.yaml"], "usage", 2);
+        assert!(
+            missing["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("nosuch.yaml")),
+            "{missing:#}"
+        );
+    }
     error(&lyra, &["plan", "pair", "--var", "novalue"], "usage", 2);
     lyra.write_workflow("bad", "steps:\n  a:\n    resource: Nope::Thing\n");
     let invalid = error(&lyra, &["apply", "bad"], "invalid_input", 1);

@@ -12,6 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 use crate::Shared;
@@ -219,12 +220,57 @@ fn write_options(params: &Params) -> WriteOptions {
     }
 }
 
+/// How deeply a request body may nest: the apiserver's JSON decoder stops at 10,000 levels.
+pub const MAX_JSON_DEPTH: usize = 10_000;
+
+/// A request body as JSON. Nesting is what a real API server accepts (up to
+/// [`MAX_JSON_DEPTH`]), not `serde_json`'s default of 128: a client may store a deep object,
+/// and its controllers must cope. Measured first, iteratively, so parsing without the limit
+/// cannot be led arbitrarily deep (the server's threads have stack for this depth).
 fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
+    let not_json = |e: &dyn std::fmt::Display| {
         ApiError::bad_request(format!(
             "the request body is not JSON (YAML bodies are not supported): {e}"
         ))
-    })
+    };
+    if let Some(offset) = nesting_exceeds(body, MAX_JSON_DEPTH) {
+        return Err(not_json(&format_args!(
+            "exceeded max depth of {MAX_JSON_DEPTH} at byte {offset}"
+        )));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    de.disable_recursion_limit();
+    let value = Value::deserialize(&mut de).map_err(|e| not_json(&e))?;
+    de.end().map_err(|e| not_json(&e))?;
+    Ok(value)
+}
+
+/// The offset of the first `[` or `{` nested deeper than `limit`, outside strings.
+fn nesting_exceeds(body: &[u8], limit: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in body.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
 }
 
 fn delete_options(body: &Bytes, params: &Params) -> Result<DeleteOptions, ApiError> {
@@ -301,8 +347,64 @@ mod tests {
     use std::net::TcpStream;
     use std::time::Duration;
 
-    use super::REQUEST_BODY_LIMIT;
+    use super::{MAX_JSON_DEPTH, REQUEST_BODY_LIMIT, nesting_exceeds};
     use crate::BlockingKubeEmulator;
+
+    /// One HTTP/1.1 exchange on a connection of its own: the status line and the body.
+    fn exchange(host: &str, method: &str, path: &str, body: &str) -> (String, String) {
+        let mut stream = TcpStream::connect(host).expect("connect");
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read the answer");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        (head.lines().next().unwrap_or_default().to_owned(), body.to_owned())
+    }
+
+    fn nested(levels: usize) -> String {
+        format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    #[test]
+    fn nesting_is_measured_outside_strings() {
+        assert_eq!(nesting_exceeds(b"[[1]]", 2), None);
+        assert_eq!(nesting_exceeds(b"[[[1]]]", 2), Some(2));
+        assert_eq!(nesting_exceeds(br#"{"a":"[[[\"[[[","b":{}}"#, 2), None);
+        assert_eq!(nesting_exceeds(br#"{"a":"\\","b":[[]]}"#, 2), Some(15));
+    }
+
+    /// As deep as a real API server takes (10,000 levels), and not a level more; what is
+    /// stored is served back whole (chunked answers are only read to their end here).
+    #[test]
+    fn deep_objects_are_stored_and_served_like_the_apiservers() {
+        let emu = BlockingKubeEmulator::start().expect("start the emulator");
+        let host = emu.url().strip_prefix("http://").expect("plain HTTP").to_owned();
+        let object = |name: &str, levels: usize| {
+            // The object and its `deep` field are two of the levels.
+            format!(
+                "{{\"metadata\":{{\"name\":\"{name}\"}},\"deep\":{}}}",
+                nested(levels - 1)
+            )
+        };
+        let path = "/api/v1/namespaces/default/configmaps";
+        let (status, body) = exchange(&host, "POST", path, &object("deep", MAX_JSON_DEPTH));
+        assert!(status.contains(" 201 "), "{status}: {}", &body[..body.len().min(300)]);
+        let (status, body) = exchange(&host, "GET", &format!("{path}/deep"), "");
+        assert!(status.contains(" 200 "), "{status}");
+        assert!(
+            body.contains(&nested(MAX_JSON_DEPTH - 1)),
+            "{}",
+            &body[..body.len().min(300)]
+        );
+        let (status, body) = exchange(&host, "POST", path, &object("deeper", MAX_JSON_DEPTH + 1));
+        assert!(status.contains(" 400 "), "{status}");
+        assert!(body.contains("exceeded max depth of 10000"), "{body}");
+    }
 
     /// A client still sending a body over the limit when the answer is ready (a loaded
     /// kubectl) must get the 413, not a broken pipe.

@@ -577,7 +577,7 @@ fn intervals_and_jobs_from_objects() {
     );
     assert_eq!((j.generation, j.requested_at.as_deref()), (Some(4), Some("now")));
     wf.spec.workflow_name = Some("a".into());
-    wf.spec.workflow = Some(json!({}));
+    wf.spec.workflow = Some(json!({}).into());
     assert!(
         Job::from_workflow(&wf)
             .unwrap()

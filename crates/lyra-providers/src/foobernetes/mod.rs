@@ -41,7 +41,7 @@ use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema, type_key};
 use lyra_core::types::Type;
 use lyra_core::value::Map;
-use rand::Rng;
+use rand::RngExt as _;
 
 use model::{Instance, LoadBalancer, Resource, WebServer, to_actual};
 use store::Store;

@@ -270,30 +270,58 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
-    let tmp = dir.join(format!(
-        ".{}.{}-{:08x}.tmp",
-        name.to_string_lossy(),
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let written = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        file.write_all(bytes)?;
-        // Keep whatever permissions the user gave the file.
-        if let Ok(meta) = fs::metadata(path) {
-            file.set_permissions(meta.permissions())?;
-        }
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
+    // In the same directory, so the rename is atomic; removed when anything fails.
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // A new file gets what any new file would (the umask applies), not the 0600 of a
+    // temporary one.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut tmp = builder.tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    // Keep whatever permissions the user gave the file.
+    if let Ok(meta) = fs::metadata(path) {
+        tmp.as_file().set_permissions(meta.permissions())?;
     }
-    written?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
     // Makes the rename itself durable; not possible everywhere (Windows), hence best effort.
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_keep_permissions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("deployment.json");
+        write_atomic(&path, b"one").expect("write");
+        assert_eq!(fs::read(&path).expect("read"), b"one");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+            // A new file: as any new file (the umask applies), not a temporary file's 0600.
+            let plain = dir.path().join("plain");
+            File::create(&plain).expect("create");
+            assert_eq!(mode(&path), mode(&plain));
+            // An existing file keeps what the user gave it.
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).expect("chmod");
+            write_atomic(&path, b"two").expect("write");
+            assert_eq!(mode(&path), 0o640);
+        }
+        assert_eq!(fs::read(&path).expect("read"), b"two");
+        // Nothing left behind.
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
 }
