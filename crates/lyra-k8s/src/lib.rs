@@ -12,6 +12,7 @@ pub mod data;
 pub mod events;
 pub mod inline;
 pub mod metrics;
+pub mod reason;
 pub mod reconcile;
 pub mod retry;
 pub mod status;
