@@ -42,18 +42,6 @@ pub enum LookupError {
     Read { path: PathBuf, source: ReadError },
 }
 
-impl LookupError {
-    /// A short machine-readable reason, e.g. for a Kubernetes condition.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            LookupError::InvalidName { .. } => "InvalidWorkflowName",
-            LookupError::NotFound { .. } => "WorkflowNotFound",
-            LookupError::OutsideLoadPath { .. } => "WorkflowOutsideLoadPath",
-            LookupError::Read { .. } => "WorkflowUnreadable",
-        }
-    }
-}
-
 impl std::fmt::Display for LookupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -505,7 +493,6 @@ mod tests {
         for name in ["evil", "up::secret"] {
             let err = lp.read(name).unwrap_err();
             assert!(matches!(err, LookupError::OutsideLoadPath { .. }), "{name}: {err:?}");
-            assert_eq!(err.reason(), "WorkflowOutsideLoadPath");
             assert!(!err.to_string().contains("hunter2"), "{err}");
         }
         assert_eq!(lp.read("alias::ok").unwrap().1, "steps: {}\n");

@@ -89,7 +89,7 @@ impl EventPublisher {
             namespace: namespace.clone(),
             regarding: (regarding.kind.clone(), regarding.name.clone(), regarding.uid.clone()),
             warning: note.warning,
-            reason: cut(&note.reason, REASON_LIMIT),
+            reason: cut(note.reason.as_str(), REASON_LIMIT),
             action: cut(&note.action, ACTION_LIMIT),
             note: clip(&note.message, NOTE_LIMIT),
             related: note.resource.clone(),

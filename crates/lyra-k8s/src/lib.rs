@@ -13,6 +13,7 @@ pub mod events;
 pub mod free;
 pub mod inline;
 pub mod metrics;
+pub mod reason;
 pub mod reconcile;
 pub mod retry;
 pub mod status;

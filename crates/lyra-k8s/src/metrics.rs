@@ -11,6 +11,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::crd::Phase;
+use crate::reason::Reason;
 
 type Labels = Vec<(String, String)>;
 
@@ -78,9 +79,9 @@ impl Metrics {
         self.duration.observe(took.as_secs_f64());
     }
 
-    pub fn failed(&self, reason: &str) {
+    pub fn failed(&self, reason: Reason) {
         self.failures
-            .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
+            .get_or_create(&vec![("reason".to_owned(), reason.as_str().to_owned())])
             .inc();
     }
 

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use crate::crd::{DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
 use crate::inline;
 use crate::metrics::Metrics;
+use crate::reason::{Failure, Reason, engine_reason, lookup_reason};
 use crate::retry::{Backoff, ErrorClass};
 use crate::status::{self, Verdict, judge};
 
@@ -131,8 +132,7 @@ impl Job {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
     pub warning: bool,
-    /// CamelCase: `Applying`, `Applied`, `Created`, `ApplyFailed`...
-    pub reason: String,
+    pub reason: Reason,
     /// What was done: `Apply`, `Delete`, `Create`...
     pub action: String,
     pub message: String,
@@ -393,7 +393,11 @@ impl Runtime {
         }
         let refresh = match parse_interval(job.refresh_interval.as_deref()) {
             Ok(r) => r,
-            Err(m) => return self.stall(job, t, "InvalidSpec", m).await,
+            Err(m) => {
+                return self
+                    .fail(job, t, Failure::new(Reason::InvalidSpec, m), Phase::Failed, false)
+                    .await;
+            }
         };
         let memo = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
         match decide(
@@ -417,11 +421,21 @@ impl Runtime {
         let mut origin = Origin::of(job);
         let (name, program) = match self.load(job, &mut sources, &mut origin) {
             Ok(loaded) => loaded,
-            Err((reason, message)) => return self.stall(job, t, reason, message).await,
+            Err(failure) => return self.fail(job, t, failure, Phase::Failed, false).await,
         };
         let data = match crate::data::expand(job.data.as_ref()) {
             Ok(d) => d,
-            Err(m) => return self.stall(job, t, "InvalidData", origin.with_data_notes(m)).await,
+            Err(m) => {
+                return self
+                    .fail(
+                        job,
+                        t,
+                        Failure::new(Reason::InvalidData, origin.with_data_notes(m)),
+                        Phase::Failed,
+                        false,
+                    )
+                    .await;
+            }
         };
         let deployment = job.key.deployment();
         let owner = job.key.owner();
@@ -449,7 +463,13 @@ impl Runtime {
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, false).await,
             Err(Refusal::Store(message)) => {
                 return self
-                    .retry(job, t, "StateUnavailable", message, Phase::Failed, false)
+                    .fail(
+                        job,
+                        t,
+                        Failure::new(Reason::StateUnavailable, message),
+                        Phase::Failed,
+                        false,
+                    )
                     .await;
             }
         };
@@ -460,7 +480,13 @@ impl Runtime {
             Err(EngineError::Store(e)) if fenced(&e) => {
                 tracing::warn!(deployment = %deployment, error = %e, "a write was refused: the lease was lost");
                 return self
-                    .retry(job, t, "Interrupted", LEASE_LOST.to_owned(), Phase::Failed, true)
+                    .fail(
+                        job,
+                        t,
+                        Failure::new(Reason::Interrupted, LEASE_LOST.to_owned()),
+                        Phase::Failed,
+                        true,
+                    )
                     .await;
             }
             other => other,
@@ -468,21 +494,9 @@ impl Runtime {
 
         let mut report = match result {
             Ok(r) => r,
-            Err(EngineError::Input(d)) => {
-                let message = origin.with_data_notes(diagnostics_text(&d, &sources, &origin));
-                return self.stall(job, t, "InvalidData", message).await;
-            }
-            Err(EngineError::Store(e)) => {
-                return self
-                    .retry(
-                        job,
-                        t,
-                        "StateUnavailable",
-                        format!("state store: {e}"),
-                        Phase::Failed,
-                        true,
-                    )
-                    .await;
+            Err(e) => {
+                let failure = engine_failure(e, |d| origin.with_data_notes(diagnostics_text(d, &sources, &origin)));
+                return self.fail(job, t, failure, Phase::Failed, true).await;
             }
         };
         // Step errors name the place in the workflow: for an inline one, its field path.
@@ -502,7 +516,7 @@ impl Runtime {
             t.reporter
                 .publish(note(
                     false,
-                    "Applied",
+                    Reason::Applied,
                     "Apply",
                     format!("applied: {}", status::changes_text(&report.counts)),
                 ))
@@ -516,11 +530,18 @@ impl Runtime {
                 LEASE_LOST
             };
             return self
-                .retry(job, t, "Interrupted", why.to_owned(), Phase::Failed, true)
+                .fail(
+                    job,
+                    t,
+                    Failure::new(Reason::Interrupted, why.to_owned()),
+                    Phase::Failed,
+                    true,
+                )
                 .await;
         }
         let message = status::first_failure(&report).unwrap_or_else(|| "the apply failed".to_owned());
-        self.retry(job, t, "ApplyFailed", message, Phase::Failed, true).await
+        self.fail(job, t, Failure::new(Reason::ApplyFailed, message), Phase::Failed, true)
+            .await
     }
 
     /// Tears the deployment down (or forgets it, with `Orphan`). `Ok(Next::Done)` only when
@@ -597,7 +618,13 @@ impl Runtime {
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, true).await,
             Err(Refusal::Store(message)) => {
                 return self
-                    .retry(job, t, "StateUnavailable", message, Phase::Deleting, false)
+                    .fail(
+                        job,
+                        t,
+                        Failure::new(Reason::StateUnavailable, message),
+                        Phase::Deleting,
+                        false,
+                    )
                     .await;
             }
         };
@@ -606,7 +633,7 @@ impl Runtime {
                 t.reporter
                     .publish(note(
                         false,
-                        "Orphaned",
+                        Reason::Orphaned,
                         "Delete",
                         format!("deletionPolicy Orphan: resources left in place; deployment {deployment} forgotten"),
                     ))
@@ -615,16 +642,7 @@ impl Runtime {
             }
             Cleanup::Nothing => return Ok(Next::Done),
             Cleanup::Orphaned(Err(e)) | Cleanup::Unavailable(e) => {
-                return self
-                    .retry(
-                        job,
-                        t,
-                        "StateUnavailable",
-                        format!("state store: {e}"),
-                        Phase::Deleting,
-                        true,
-                    )
-                    .await;
+                return self.fail(job, t, Failure::store(&e), Phase::Deleting, true).await;
             }
             Cleanup::Ran(result) => result,
         };
@@ -632,16 +650,8 @@ impl Runtime {
         let report = match result {
             Ok(r) => r,
             Err(e) => {
-                return self
-                    .retry(
-                        job,
-                        t,
-                        "StateUnavailable",
-                        format!("state store: {e}"),
-                        Phase::Deleting,
-                        true,
-                    )
-                    .await;
+                let failure = engine_failure(e, |d| diagnostics_text(d, &Sources::default(), &Origin::of(job)));
+                return self.fail(job, t, failure, Phase::Deleting, true).await;
             }
         };
         self.record_run(t, &report, false);
@@ -651,23 +661,14 @@ impl Runtime {
             // Records the store cannot read still stand for resources.
             Ok(state) => state.map_or(0, |s| s.resources.len() + s.unreadable.len()),
             Err(e) => {
-                return self
-                    .retry(
-                        job,
-                        t,
-                        "StateUnavailable",
-                        format!("state store: {e}"),
-                        Phase::Deleting,
-                        true,
-                    )
-                    .await;
+                return self.fail(job, t, Failure::store(&e), Phase::Deleting, true).await;
             }
         };
         if left == 0 && !report.failed() {
             t.reporter
                 .publish(note(
                     false,
-                    "Deleted",
+                    Reason::Deleted,
                     "Delete",
                     format!("deleted: {}", status::changes_text(&report.counts)),
                 ))
@@ -676,20 +677,22 @@ impl Runtime {
         }
         let message = status::first_failure(&report)
             .unwrap_or_else(|| format!("{left} resource(s) are still recorded for {deployment}"));
-        self.retry(job, t, "DeleteFailed", message, Phase::Deleting, true).await
+        self.fail(
+            job,
+            t,
+            Failure::new(Reason::DeleteFailed, message),
+            Phase::Deleting,
+            true,
+        )
+        .await
     }
 
     /// Resolves and validates the workflow. `Err((reason, message))` is terminal.
     /// An inline workflow is rendered to YAML (see [`crate::inline`]); `origin` then says how
     /// its positions map back to the object.
-    fn load(
-        &self,
-        job: &Job,
-        sources: &mut Sources,
-        origin: &mut Origin,
-    ) -> Result<(String, Program), (&'static str, String)> {
+    fn load(&self, job: &Job, sources: &mut Sources, origin: &mut Origin) -> Result<(String, Program), Failure> {
         let (name, main) = match &job.workflow {
-            Err(m) => return Err(("InvalidSpec", m.clone())),
+            Err(m) => return Err(Failure::new(Reason::InvalidSpec, m.clone())),
             // The name is checked and resolved strictly inside the load path: a refused file
             // is never read, so nothing of it can reach the status or an event.
             Ok(WorkflowRef::Named(n)) => match self.load_path.read(n) {
@@ -697,19 +700,25 @@ impl Runtime {
                 // Exists but is unreadable or not UTF-8: say so, at the offending byte.
                 Err(e @ lyra_host::LookupError::Read { .. }) => {
                     let d = e.diagnostics(sources);
-                    return Err(("InvalidWorkflow", diagnostics_text(&d, sources, origin)));
+                    return Err(Failure::new(
+                        Reason::InvalidWorkflow,
+                        diagnostics_text(&d, sources, origin),
+                    ));
                 }
                 Err(e @ lyra_host::LookupError::NotFound { .. }) => {
-                    return Err((
-                        e.reason(),
+                    return Err(Failure::new(
+                        lookup_reason(&e),
                         format!("workflow '{n}' not found on the controller's load path: {e}"),
                     ));
                 }
-                Err(e) => return Err((e.reason(), format!("spec.workflowName: {e}"))),
+                Err(e) => return Err(Failure::new(lookup_reason(&e), format!("spec.workflowName: {e}"))),
             },
             Ok(WorkflowRef::Inline { name, body }) => {
                 if !body.is_object() {
-                    return Err(("InvalidSpec", "spec.workflow must be a mapping (a workflow)".to_owned()));
+                    return Err(Failure::new(
+                        Reason::InvalidSpec,
+                        "spec.workflow must be a mapping (a workflow)",
+                    ));
                 }
                 let rendered = inline::render(body);
                 let file = format!("{}/{} spec.workflow", job.key.namespace, job.key.name);
@@ -720,7 +729,7 @@ impl Runtime {
         };
         lyra_host::load_program(&name, main, &self.load_path, self.providers.schemas(), sources)
             .map(|p| (name, p))
-            .map_err(|d| ("InvalidWorkflow", diagnostics_text(&d, sources, origin)))
+            .map_err(|d| Failure::new(Reason::InvalidWorkflow, diagnostics_text(&d, sources, origin)))
     }
 
     /// Who holds a deployment's lease while this runtime runs it: the object's actor name,
@@ -747,9 +756,9 @@ impl Runtime {
         judge(&mut t.status, &Verdict::Running { deleting }, job.generation, now);
         t.flush().await?;
         let (reason, action) = if deleting {
-            ("Deleting", "Delete")
+            (Reason::Deleting, "Delete")
         } else {
-            ("Applying", "Apply")
+            (Reason::Applying, "Apply")
         };
         t.reporter.publish(note(false, reason, action, message)).await;
         Ok(())
@@ -864,7 +873,7 @@ impl Runtime {
             t.reporter
                 .publish(note(
                     false,
-                    status::LOCKED,
+                    Reason::Locked,
                     if deleting { "Delete" } else { "Apply" },
                     message,
                 ))
@@ -930,14 +939,14 @@ impl Runtime {
                 let n = match (s.status, s.action) {
                     (Status::Failed, _) => note(
                         true,
-                        "StepFailed",
+                        Reason::StepFailed,
                         action_word(s.action),
                         format!("{what}: {}", s.error.as_deref().unwrap_or("failed")),
                     ),
-                    (Status::Done, Action::Create) => note(false, "Created", "Create", what),
-                    (Status::Done, Action::Update) => note(false, "Updated", "Update", what),
-                    (Status::Done, Action::Replace) => note(false, "Replaced", "Replace", what),
-                    (Status::Done, Action::Delete) => note(false, "Deleted", "Delete", what),
+                    (Status::Done, Action::Create) => note(false, Reason::Created, "Create", what),
+                    (Status::Done, Action::Update) => note(false, Reason::Updated, "Update", what),
+                    (Status::Done, Action::Replace) => note(false, Reason::Replaced, "Replace", what),
+                    (Status::Done, Action::Delete) => note(false, Reason::Deleted, "Delete", what),
                     _ => return None,
                 };
                 Some(Note {
@@ -955,7 +964,7 @@ impl Runtime {
             reporter
                 .publish(note(
                     false,
-                    "MoreChanges",
+                    Reason::MoreChanges,
                     "Apply",
                     format!("and {extra} more resource changes"),
                 ))
@@ -976,15 +985,28 @@ impl Runtime {
         );
     }
 
-    /// A terminal failure: `Stalled`, and no run until the spec (or the request
-    /// annotation) changes.
-    async fn stall(
+    /// Handles a failure by its class (the one place that decides): bad input stalls the
+    /// object until its spec changes; anything else is retried with backoff. A deletion is
+    /// always retried, since its finalizer must go once the cause is fixed.
+    async fn fail(
         &self,
         job: &Job,
         t: &mut Tracker<'_>,
-        reason: &str,
-        message: String,
+        failure: Failure,
+        phase: Phase,
+        ran: bool,
     ) -> Result<Next, ReconcileError> {
+        if failure.class() == ErrorClass::Terminal && phase != Phase::Deleting {
+            self.stall(job, t, failure).await
+        } else {
+            self.retry(job, t, failure, phase, ran).await
+        }
+    }
+
+    /// A terminal failure: `Stalled`, and no run until the spec (or the request
+    /// annotation) changes.
+    async fn stall(&self, job: &Job, t: &mut Tracker<'_>, failure: Failure) -> Result<Next, ReconcileError> {
+        let Failure { reason, message } = failure;
         let now = Time(Timestamp::now());
         t.status.lease_holder = None;
         t.status.last_handled_reconcile_at = job.requested_at.clone();
@@ -992,7 +1014,7 @@ impl Runtime {
             t.status.workflow = Some(n.clone());
         }
         let verdict = Verdict::Stalled {
-            reason: reason.to_owned(),
+            reason,
             message: message.clone(),
             phase: Phase::Failed,
         };
@@ -1009,11 +1031,11 @@ impl Runtime {
         &self,
         job: &Job,
         t: &mut Tracker<'_>,
-        reason: &str,
-        message: String,
+        failure: Failure,
         phase: Phase,
         ran: bool,
     ) -> Result<Next, ReconcileError> {
+        let Failure { reason, message } = failure;
         let now = Time(Timestamp::now());
         let deleting = phase == Phase::Deleting;
         let previous = self.memo.lock().expect("memo lock").get(&job.key.deployment()).cloned();
@@ -1036,13 +1058,13 @@ impl Runtime {
             // A delete that fails keeps the finalizer and needs attention: Stalled, although
             // it is retried too.
             Verdict::Stalled {
-                reason: reason.to_owned(),
+                reason,
                 message: text.clone(),
                 phase,
             }
         } else {
             Verdict::Retrying {
-                reason: reason.to_owned(),
+                reason,
                 message: text.clone(),
                 phase,
             }
@@ -1062,7 +1084,7 @@ impl Runtime {
             t.reporter
                 .publish(note(
                     true,
-                    if deleting { "DeleteFailed" } else { reason },
+                    if deleting { Reason::DeleteFailed } else { reason },
                     if deleting { "Delete" } else { "Apply" },
                     text.clone(),
                 ))
@@ -1123,11 +1145,13 @@ fn decide(
     Decision::Run
 }
 
-/// Bad input data cannot pass by itself; a state store failure may.
-pub fn classify(e: &EngineError) -> ErrorClass {
+/// The failure an engine error makes: its reason (see [`engine_reason`]), and the message,
+/// with `input` saying what invalid input is (diagnostics are rendered per caller).
+fn engine_failure(e: EngineError, input: impl FnOnce(&Diagnostics) -> String) -> Failure {
+    let reason = engine_reason(&e);
     match e {
-        EngineError::Input(_) => ErrorClass::Terminal,
-        EngineError::Store(_) => ErrorClass::Retryable,
+        EngineError::Input(d) => Failure::new(reason, input(&d)),
+        EngineError::Store(e) => Failure::store(&e),
     }
 }
 
@@ -1299,10 +1323,10 @@ enum Cleanup {
     Ran(Result<Report, EngineError>),
 }
 
-fn note(warning: bool, reason: &str, action: &str, message: String) -> Note {
+fn note(warning: bool, reason: Reason, action: &str, message: String) -> Note {
     Note {
         warning,
-        reason: reason.to_owned(),
+        reason,
         action: action.to_owned(),
         message,
         resource: None,

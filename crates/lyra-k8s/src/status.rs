@@ -7,12 +7,11 @@ use lyra_core::state::ChangeCounts;
 use serde_json::Value;
 
 use crate::crd::{Phase, StepStatus, WorkflowStatus};
+use crate::reason::Reason;
 
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
-/// The reason of the conditions while another holder has the deployment's lease.
-pub const LOCKED: &str = "Locked";
 
 // What the status may hold. An object is limited to about 1.5 MiB (etcd's request limit), and
 // the status shares it with the spec; these keep the status at a few hundred KiB whatever
@@ -35,13 +34,13 @@ pub enum Verdict {
     Applied,
     /// Failed; will be retried by itself.
     Retrying {
-        reason: String,
+        reason: Reason,
         message: String,
         phase: Phase,
     },
     /// Failed in a way retrying cannot fix: waits for a spec change.
     Stalled {
-        reason: String,
+        reason: Reason,
         message: String,
         phase: Phase,
     },
@@ -58,8 +57,16 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
     let ready_before = is_true(status, READY);
     let same_generation = status.observed_generation == generation && status.observed_generation.is_some();
     let left_out = omissions(status);
-    let mut set = |type_: &str, value: bool, reason: &str, message: &str| {
-        set_condition(&mut status.conditions, type_, value, reason, message, generation, now);
+    let mut set = |type_: &str, value: bool, reason: Reason, message: &str| {
+        set_condition(
+            &mut status.conditions,
+            type_,
+            value,
+            reason.as_str(),
+            message,
+            generation,
+            now,
+        );
     };
     let (phase, message) = match verdict {
         Verdict::Running { deleting: false } => {
@@ -67,17 +74,17 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
             // A periodic re-apply of an unchanged, ready object keeps it Ready; a new spec is
             // not ready until applied (so `kubectl wait --for=condition=Ready` waits for it).
             if !(ready_before && same_generation) {
-                set(READY, false, "Progressing", &message);
+                set(READY, false, Reason::Progressing, &message);
             }
-            set(RECONCILING, true, "Applying", &message);
-            set(STALLED, false, "Applying", "");
+            set(RECONCILING, true, Reason::Applying, &message);
+            set(STALLED, false, Reason::Applying, "");
             (Phase::Applying, message)
         }
         Verdict::Running { deleting: true } => {
             let message = "deleting the resources".to_owned();
-            set(READY, false, "Deleting", &message);
-            set(RECONCILING, true, "Deleting", &message);
-            set(STALLED, false, "Deleting", "");
+            set(READY, false, Reason::Deleting, &message);
+            set(RECONCILING, true, Reason::Deleting, &message);
+            set(STALLED, false, Reason::Deleting, "");
             (Phase::Deleting, message)
         }
         Verdict::Applied => {
@@ -85,30 +92,30 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
                 Some(left_out) => format!("applied; {left_out}"),
                 None => "applied".to_owned(),
             };
-            set(READY, true, "Applied", &message);
-            set(RECONCILING, false, "Applied", "");
-            set(STALLED, false, "Applied", "");
+            set(READY, true, Reason::Applied, &message);
+            set(RECONCILING, false, Reason::Applied, "");
+            set(STALLED, false, Reason::Applied, "");
             (Phase::Ready, message)
         }
         Verdict::Retrying { reason, message, phase } => {
-            set(READY, false, reason, message);
-            set(RECONCILING, true, reason, message);
-            set(STALLED, false, reason, "");
+            set(READY, false, *reason, message);
+            set(RECONCILING, true, *reason, message);
+            set(STALLED, false, *reason, "");
             (*phase, message.clone())
         }
         Verdict::Stalled { reason, message, phase } => {
-            set(READY, false, reason, message);
-            set(RECONCILING, false, reason, "");
-            set(STALLED, true, reason, message);
+            set(READY, false, *reason, message);
+            set(RECONCILING, false, *reason, "");
+            set(STALLED, true, *reason, message);
             (*phase, message.clone())
         }
         Verdict::WaitingForLease { message, deleting } => {
             let keeps_ready = ready_before && same_generation && !deleting;
             if !keeps_ready {
-                set(READY, false, LOCKED, message);
+                set(READY, false, Reason::Locked, message);
             }
-            set(RECONCILING, true, LOCKED, message);
-            set(STALLED, false, LOCKED, "");
+            set(RECONCILING, true, Reason::Locked, message);
+            set(STALLED, false, Reason::Locked, "");
             let phase = match (deleting, keeps_ready) {
                 (true, _) => Phase::Deleting,
                 (false, true) => Phase::Ready,
@@ -119,10 +126,10 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
         Verdict::Suspended => {
             let message = "suspended: nothing is applied while spec.suspend is true".to_owned();
             if !ready_before {
-                set(READY, false, "Suspended", &message);
+                set(READY, false, Reason::Suspended, &message);
             }
-            set(RECONCILING, false, "Suspended", &message);
-            set(STALLED, false, "Suspended", "");
+            set(RECONCILING, false, Reason::Suspended, &message);
+            set(STALLED, false, Reason::Suspended, "");
             (status.phase.unwrap_or(Phase::Pending), message)
         }
     };

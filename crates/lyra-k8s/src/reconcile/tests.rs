@@ -9,6 +9,7 @@ use lyra_state::LeaseGrant;
 use serde_json::json;
 
 use super::*;
+use crate::reason::{Reason, classify};
 use crate::status::{READY, RECONCILING, STALLED, condition, is_true};
 
 #[derive(Default)]
@@ -42,7 +43,12 @@ impl Recorded {
         self.statuses.lock().unwrap().len()
     }
     fn reasons(&self) -> Vec<String> {
-        self.notes.lock().unwrap().iter().map(|n| n.reason.clone()).collect()
+        self.notes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|n| n.reason.as_str().to_owned())
+            .collect()
     }
 }
 
@@ -668,7 +674,7 @@ async fn step_errors_in_an_inline_workflow_name_the_field() {
         s.message
     );
     let notes = r.notes.lock().unwrap();
-    let failed = notes.iter().find(|n| n.reason == "StepFailed").unwrap();
+    let failed = notes.iter().find(|n| n.reason == Reason::StepFailed).unwrap();
     assert!(
         failed.message.contains("spec.workflow.steps.wait: Time::Sleep"),
         "{failed:?}"

@@ -4,6 +4,7 @@ use lyra_core::state::Outcome;
 use serde_json::json;
 
 use super::*;
+use crate::reason::Reason;
 
 fn at(secs: i64) -> Time {
     Time(Timestamp::from_second(1_800_000_000 + secs).unwrap())
@@ -52,7 +53,7 @@ fn a_refresh_run_keeps_ready_but_a_new_generation_does_not() {
 fn stalled_and_retrying_are_told_apart() {
     let mut s = WorkflowStatus::default();
     let stalled = Verdict::Stalled {
-        reason: "InvalidData".into(),
+        reason: Reason::InvalidData,
         message: "wf.yaml:3:4: bad\nwf.yaml:5:1: worse (help: fix it)".into(),
         phase: Phase::Failed,
     };
@@ -63,7 +64,7 @@ fn stalled_and_retrying_are_told_apart() {
     assert!(cond(&s, STALLED).message.contains("worse"));
     assert_eq!(s.message.as_deref(), Some("wf.yaml:3:4: bad …"));
     let retrying = Verdict::Retrying {
-        reason: "ApplyFailed".into(),
+        reason: Reason::ApplyFailed,
         message: "step db: boom".into(),
         phase: Phase::Failed,
     };
