@@ -109,7 +109,7 @@ fn warn_unreadable(deployment: &str, unreadable: &[UnreadableRecord]) {
     if !unreadable.is_empty() {
         warn(&format!(
             "warning: {}\n",
-            lyra_core::state::unreadable_message(deployment, unreadable)
+            lyra_core::state::unreadable_message(deployment, unreadable, &lyra_host::Advice)
         ));
     }
 }
@@ -185,7 +185,12 @@ async fn admin_error(e: AdminError, store: &dyn Store, url: Option<&str>) -> Exi
             format!("deployment '{name}' already exists here; use --replace to overwrite it"),
         )
         .with("deployment", &name),
-        e @ (AdminError::Unreadable { .. } | AdminError::CopyDiffers(_)) => Exit::failure(e.to_string()),
+        AdminError::Unreadable { deployment, unreadable } => Exit::failure(lyra_core::state::unreadable_message(
+            &deployment,
+            &unreadable,
+            &lyra_host::Advice,
+        )),
+        e @ AdminError::CopyDiffers(_) => Exit::failure(e.to_string()),
     }
 }
 

@@ -8,6 +8,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::Hints;
 use crate::value::Map;
 
 /// One resource the engine manages (or reads, for `external_id` steps).
@@ -88,9 +89,10 @@ pub struct UnreadableRecord {
     pub error: String,
 }
 
-/// Why a deployment with unreadable records cannot be planned, applied or deleted, and how
-/// to recover: the message the engine fails with, and that `lyra state` commands print.
-pub fn unreadable_message(deployment: &str, unreadable: &[UnreadableRecord]) -> String {
+/// Why a deployment with unreadable records cannot be planned, applied, deleted or moved, and
+/// how to recover (in the caller's words: `hints`): the message the engine fails with, and
+/// that the state commands print.
+pub fn unreadable_message(deployment: &str, unreadable: &[UnreadableRecord], hints: &dyn Hints) -> String {
     let list: Vec<String> = unreadable
         .iter()
         .map(|u| format!("  step '{}' ({}): {}", u.step_id, u.type_name, u.error))
@@ -99,10 +101,10 @@ pub fn unreadable_message(deployment: &str, unreadable: &[UnreadableRecord]) -> 
     format!(
         "deployment '{deployment}' has {} record(s) Lyra cannot read:\n{}\n\
          Nothing was changed. Check the resources by hand, then forget the records with \
-         `lyra state rm {deployment} {}` (this does not delete the resources).",
+         {} (this does not delete the resources).",
         unreadable.len(),
         list.join("\n"),
-        steps.join(" ")
+        hints.forget_records(deployment, &steps)
     )
 }
 

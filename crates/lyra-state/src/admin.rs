@@ -32,8 +32,9 @@ pub enum AdminError {
     /// An import would overwrite a recorded deployment, and replacing was not asked for.
     #[error("deployment '{0}' already exists here")]
     Exists(String),
-    /// The deployment has records that cannot be read: it cannot be moved whole.
-    #[error("{}", lyra_core::state::unreadable_message(deployment, unreadable))]
+    /// The deployment has records that cannot be read: it cannot be moved whole. (The
+    /// caller words the advice: `lyra_core::state::unreadable_message`.)
+    #[error("deployment '{deployment}' has {} record(s) Lyra cannot read", unreadable.len())]
     Unreadable {
         deployment: String,
         unreadable: Vec<UnreadableRecord>,

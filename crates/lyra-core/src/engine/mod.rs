@@ -35,7 +35,7 @@ use crate::report::{Action, Mode, Report, Status, StepReport};
 use crate::secret::{Secrets, masked};
 use crate::state::{
     ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId, RunStart,
-    StoreError, StoreErrorKind, UnreadableRecord,
+    StoreError, StoreErrorKind,
 };
 use crate::types::Type;
 use crate::value::{Map, Value, dig, too_deep, too_deep_message};
@@ -396,28 +396,10 @@ impl<'a> Engine<'a> {
         match state {
             Some(s) if !s.unreadable.is_empty() => Err(EngineError::Store(StoreError::new(
                 StoreErrorKind::Corrupt,
-                self.unreadable_message(deployment, &s.unreadable),
+                crate::state::unreadable_message(deployment, &s.unreadable, self.hints),
             ))),
             other => Ok(other),
         }
-    }
-
-    /// Why a deployment with unreadable records cannot be run, and how to recover. The same
-    /// words as `state::unreadable_message`, with the caller's command to forget records.
-    fn unreadable_message(&self, deployment: &str, unreadable: &[UnreadableRecord]) -> String {
-        let list: Vec<String> = unreadable
-            .iter()
-            .map(|u| format!("  step '{}' ({}): {}", u.step_id, u.type_name, u.error))
-            .collect();
-        let steps: Vec<&str> = unreadable.iter().map(|u| u.step_id.as_str()).collect();
-        format!(
-            "deployment '{deployment}' has {} record(s) Lyra cannot read:\n{}\n\
-             Nothing was changed. Check the resources by hand, then forget the records with \
-             {} (this does not delete the resources).",
-            unreadable.len(),
-            list.join("\n"),
-            self.hints.forget_records(deployment, &steps)
-        )
     }
 }
 

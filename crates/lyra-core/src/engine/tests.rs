@@ -14,7 +14,7 @@ use crate::diag::Sources;
 use crate::program;
 use crate::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use crate::schema::{AttributeSchema, ResourceSchema};
-use crate::state::RunId;
+use crate::state::{RunId, UnreadableRecord};
 use crate::types::Type;
 
 struct MemStore {
