@@ -11,6 +11,7 @@
 //!
 //! [`Report`]: crate::report::Report
 
+use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 use crate::report::{AttrChange, StepReport};
@@ -33,9 +34,9 @@ pub fn masked() -> Value {
 /// The secret values a run has met, as the texts they may appear as in messages.
 #[derive(Debug, Clone, Default)]
 pub struct Secrets {
-    /// Longest first, so that a secret containing another is scrubbed whole.
-    needles: Vec<String>,
-    seen: BTreeSet<String>,
+    /// Longest first, so that a secret containing another is scrubbed whole. A sorted set:
+    /// a run adds secrets one by one, and re-sorting a list on each would be quadratic.
+    needles: BTreeSet<(Reverse<usize>, String)>,
 }
 
 impl Secrets {
@@ -47,7 +48,6 @@ impl Secrets {
     /// not secrets), as written and as JSON would escape it.
     pub fn add(&mut self, value: &Value) {
         let mut stack = vec![value];
-        let mut added = false;
         while let Some(v) = stack.pop() {
             let text = match v {
                 Value::String(s) => s.clone(),
@@ -65,15 +65,10 @@ impl Secrets {
             let escaped = Value::String(text.clone()).to_string();
             let escaped = escaped[1..escaped.len() - 1].to_owned();
             for t in [text, escaped] {
-                if t.chars().count() >= MIN_SCRUB_LEN && self.seen.insert(t.clone()) {
-                    self.needles.push(t);
-                    added = true;
+                if t.chars().count() >= MIN_SCRUB_LEN {
+                    self.needles.insert((Reverse(t.len()), t));
                 }
             }
-        }
-        if added {
-            self.needles
-                .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         }
     }
 
@@ -92,7 +87,7 @@ impl Secrets {
     /// `text` with every known secret replaced by [`MASK`].
     pub fn scrub(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for n in &self.needles {
+        for (_, n) in &self.needles {
             if out.contains(n.as_str()) {
                 out = out.replace(n.as_str(), MASK);
             }
@@ -110,13 +105,13 @@ impl Secrets {
         while let Some(v) = stack.pop() {
             match v {
                 Value::String(s) => {
-                    if self.needles.iter().any(|n| s.contains(n.as_str())) {
+                    if self.needles.iter().any(|(_, n)| s.contains(n.as_str())) {
                         return true;
                     }
                 }
                 Value::Number(n) => {
                     let t = n.to_string();
-                    if self.needles.contains(&t) {
+                    if self.needles.contains(&(Reverse(t.len()), t)) {
                         return true;
                     }
                 }
