@@ -205,18 +205,11 @@ pub fn plan_text(r: &Report) -> String {
         match (s.action, s.status) {
             // Whatever the step was about to do, it did not get there: what stopped it is
             // the news, not the change it would have made.
-            (_, Status::Failed) => {
+            (_, status @ (Status::Failed | Status::Skipped)) => {
+                let what = if status == Status::Failed { "failed" } else { "skipped" };
                 match &s.error {
-                    Some(e) => writeln!(out, "  ! {} failed: {e}", label(s)),
-                    None => writeln!(out, "  ! {} failed", label(s)),
-                }
-                .ok();
-                continue;
-            }
-            (_, Status::Skipped) => {
-                match &s.error {
-                    Some(e) => writeln!(out, "  ! {} skipped: {e}", label(s)),
-                    None => writeln!(out, "  ! {} skipped", label(s)),
+                    Some(e) => writeln!(out, "  ! {} {what}: {e}", label(s)),
+                    None => writeln!(out, "  ! {} {what}", label(s)),
                 }
                 .ok();
                 continue;
