@@ -58,7 +58,7 @@ pub enum Command {
     State(StateCommand),
     /// Show the runs of a deployment, newest first.
     History(HistoryArgs),
-    /// Print the Kubernetes CustomResourceDefinition of `Workflow` objects (YAML; JSON with -o json).
+    /// Print Lyra's Kubernetes CustomResourceDefinitions: `Workflow` and `WorkflowDefinition` (YAML; JSON with -o json).
     ///
     /// Install it with `lyra crd | kubectl apply -f -`; then run `lyra-controller`.
     Crd,

@@ -3,6 +3,7 @@
 //! other way round. Integers are signed: schemars renders unsigned ones with `uint` formats
 //! that apiservers warn about.
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -236,19 +237,27 @@ fn conditions(generator: &mut SchemaGenerator) -> Schema {
     schema
 }
 
-/// The CRD as JSON, as `lyra crd -o json` prints it.
-pub fn crd_json() -> Value {
-    serde_json::to_value(Workflow::crd()).expect("a CRD serializes to JSON")
+/// Every Lyra CRD (`Workflow`, `WorkflowDefinition`), as `lyra crd` installs them.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Workflow::crd(), crate::definition::crd()]
 }
 
-/// The CRD as YAML, as committed in `crds/workflow.yaml` and printed by `lyra crd`.
+/// Every CRD as one JSON `List`, as `lyra crd -o json` prints it (`kubectl apply -f` takes it).
+pub fn crd_json() -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crds()})
+}
+
+/// Every CRD as YAML documents, as committed in `crds/lyra.yaml` and printed by `lyra crd`.
 pub fn crd_yaml() -> String {
-    let crd = Workflow::crd();
-    let body = serde_saphyr::to_string(&crd).expect("a CRD serializes to YAML");
-    format!(
-        "# Generated from the Rust types in crates/lyra-k8s/src/crd.rs; regenerate with\n\
-         # `cargo run -q -p lyra-cli -- crd > crates/lyra-k8s/crds/workflow.yaml`.\n---\n{body}"
-    )
+    let mut out = String::from(
+        "# Generated from the Rust types in crates/lyra-k8s/src/{crd,definition}.rs; regenerate with\n\
+         # `cargo run -q -p lyra-cli -- crd > crates/lyra-k8s/crds/lyra.yaml`.\n",
+    );
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd).expect("a CRD serializes to YAML"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -257,11 +266,11 @@ mod tests {
 
     #[test]
     fn committed_crd_is_current() {
-        let committed = include_str!("../crds/workflow.yaml");
+        let committed = include_str!("../crds/lyra.yaml");
         assert!(
             committed == crd_yaml(),
-            "crates/lyra-k8s/crds/workflow.yaml is stale; regenerate it with\n  \
-             cargo run -q -p lyra-cli -- crd > crates/lyra-k8s/crds/workflow.yaml"
+            "crates/lyra-k8s/crds/lyra.yaml is stale; regenerate it with\n  \
+             cargo run -q -p lyra-cli -- crd > crates/lyra-k8s/crds/lyra.yaml"
         );
     }
 

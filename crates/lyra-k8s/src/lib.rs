@@ -9,6 +9,7 @@
 pub mod controller;
 pub mod crd;
 pub mod data;
+pub mod definition;
 pub mod events;
 pub mod free;
 pub mod inline;
