@@ -672,7 +672,9 @@ impl FrontEnd {
                                         self.key_span(dk),
                                         format!("parameter '{name}' has both a value and a default"),
                                     )
-                                    .with_help("a default is for a value read from the data: give a lookup, or neither"),
+                                    .with_help(
+                                        "a default is for a value read from the data: give a lookup, or neither",
+                                    ),
                                 );
                             }
                             for (pk, pv) in pm.iter() {
@@ -725,7 +727,10 @@ impl FrontEnd {
                                     .as_mapping()
                                     .and_then(|m| m.iter().find(|(k, _)| k.as_str() == "default"))
                                     .map_or(span, |(_, dv)| self.span(dv));
-                                self.err(at, format!("the default of parameter '{}' does not fit its type {ty}: {e}", p.name));
+                                self.err(
+                                    at,
+                                    format!("the default of parameter '{}' does not fit its type {ty}: {e}", p.name),
+                                );
                                 p.default = None;
                             }
                         }
@@ -975,11 +980,15 @@ mod tests {
     /// come with a `value`.
     #[test]
     fn parameters_take_a_doc_and_a_default() {
-        let wf = parse("parameters:\n  n: {type: Float, default: 2, doc: The count.}\n  m: {lookup: a.b}\nsteps: {}\n").unwrap();
+        let wf = parse("parameters:\n  n: {type: Float, default: 2, doc: The count.}\n  m: {lookup: a.b}\nsteps: {}\n")
+            .unwrap();
         let n = &wf.root.params[0];
         assert_eq!(n.doc.as_deref(), Some("The count."));
-        assert_eq!(n.default, Some(crate::value::Value::from(2)));
-        assert_eq!((wf.root.params[1].doc.as_ref(), wf.root.params[1].default.as_ref()), (None, None));
+        assert_eq!(n.default, Some(Value::from(2)));
+        assert_eq!(
+            (wf.root.params[1].doc.as_ref(), wf.root.params[1].default.as_ref()),
+            (None, None)
+        );
         let errors = |text: &str| {
             parse(text)
                 .unwrap_err()

@@ -12,6 +12,7 @@ pub mod data;
 pub mod events;
 pub mod free;
 pub mod inline;
+pub mod kind;
 pub mod metrics;
 pub mod reason;
 pub mod reconcile;

@@ -35,11 +35,13 @@ impl Run<'_, '_> {
     }
 
     pub(super) fn lookup_param(&self, key: &str, p: &Param) -> Result<Val, StepError> {
-        let v = lookup(self.data, key).or(p.default.as_ref()).ok_or_else(|| StepError::MissingKey {
-            at: self.at(p.span),
-            param: p.name.clone(),
-            key: key.to_owned(),
-        })?;
+        let v = lookup(self.data, key)
+            .or(p.default.as_ref())
+            .ok_or_else(|| StepError::MissingKey {
+                at: self.at(p.span),
+                param: p.name.clone(),
+                key: key.to_owned(),
+            })?;
         if too_deep(v) {
             return Err(StepError::DataTooDeep {
                 at: self.at(p.span),
