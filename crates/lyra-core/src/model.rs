@@ -110,6 +110,12 @@ pub struct Param {
     pub span: Span,
     pub ty: Option<Type>,
     pub source: ParamSource,
+    /// What the parameter is for (`doc:`): shown by `lyra inspect` and as the description of
+    /// a registered kind's spec field.
+    pub doc: Option<String>,
+    /// The value taken when the data has no key for the parameter (`default:`, a literal;
+    /// only with a lookup or the implicit same-named key).
+    pub default: Option<crate::value::Value>,
 }
 
 #[derive(Debug, Clone)]

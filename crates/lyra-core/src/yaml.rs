@@ -630,6 +630,8 @@ impl FrontEnd {
                         span,
                         ty: None,
                         source: ParamSource::Implicit,
+                        doc: None,
+                        default: None,
                     };
                     match v {
                         // On a call, `local: calledName`: the called parameter `calledName`
@@ -661,6 +663,20 @@ impl FrontEnd {
                                     .with_help("give it one of them: the data key to read, or the value itself"),
                                 );
                             }
+                            if let (Some((dk, _)), true) = (
+                                pm.iter().find(|(k, _)| k.as_str() == "default"),
+                                pm.iter().any(|(k, _)| k.as_str() == "value"),
+                            ) {
+                                self.diags.push(
+                                    Diagnostic::new(
+                                        self.key_span(dk),
+                                        format!("parameter '{name}' has both a value and a default"),
+                                    )
+                                    .with_help(
+                                        "a default is for a value read from the data: give a lookup, or neither",
+                                    ),
+                                );
+                            }
                             for (pk, pv) in pm.iter() {
                                 match pk.as_str() {
                                     "type" => p.ty = self.ty(pv),
@@ -679,18 +695,44 @@ impl FrontEnd {
                                         }
                                     }
                                     "value" => p.source = ParamSource::Value(self.expr(pv)),
+                                    "doc" => p.doc = self.string(pv, "'doc'"),
+                                    "default" => match self.expr(pv) {
+                                        Expr::Lit(v) => p.default = Some(v),
+                                        _ => self.err(
+                                            self.span(pv),
+                                            format!("the default of parameter '{name}' must be a literal value (it cannot reference variables)"),
+                                        ),
+                                    },
                                     other => self.diags.push(
                                         Diagnostic::new(
                                             self.key_span(pk),
                                             format!("unknown key '{other}' in parameter '{name}'"),
                                         )
-                                        .with_help("a parameter takes: type, lookup, value"),
+                                        .with_help("a parameter takes: type, lookup, value, default, doc"),
                                     ),
                                 }
                             }
                         }
                         Node::Sequence(_) => {
                             self.err(self.span(v), format!("parameter '{name}' must be a type or a mapping"))
+                        }
+                    }
+                    // A default must be a value of the parameter's type: checked here, where its
+                    // position is known, rather than when it is first needed.
+                    if let (Some(ty), Some(d)) = (&p.ty, &p.default) {
+                        match ty.coerce(d) {
+                            Ok(d) => p.default = Some(d),
+                            Err(e) => {
+                                let at = v
+                                    .as_mapping()
+                                    .and_then(|m| m.iter().find(|(k, _)| k.as_str() == "default"))
+                                    .map_or(span, |(_, dv)| self.span(dv));
+                                self.err(
+                                    at,
+                                    format!("the default of parameter '{}' does not fit its type {ty}: {e}", p.name),
+                                );
+                                p.default = None;
+                            }
                         }
                     }
                     out.push(p);
@@ -705,6 +747,8 @@ impl FrontEnd {
                     span,
                     ty: None,
                     source: ParamSource::Implicit,
+                    doc: None,
+                    default: None,
                 })
                 .collect(),
         }
@@ -930,6 +974,41 @@ mod tests {
         let v = format!("{}1{}", "[".repeat(inner), "]".repeat(inner));
         assert!(parse(&with_value(&v)).is_ok());
         assert!(parse(&with_value(&format!("[{v}]"))).is_err());
+    }
+
+    /// `doc` and `default` are read; a default must fit the type, be a literal, and not
+    /// come with a `value`.
+    #[test]
+    fn parameters_take_a_doc_and_a_default() {
+        let wf = parse("parameters:\n  n: {type: Float, default: 2, doc: The count.}\n  m: {lookup: a.b}\nsteps: {}\n")
+            .unwrap();
+        let n = &wf.root.params[0];
+        assert_eq!(n.doc.as_deref(), Some("The count."));
+        assert_eq!(n.default, Some(Value::from(2)));
+        assert_eq!(
+            (wf.root.params[1].doc.as_ref(), wf.root.params[1].default.as_ref()),
+            (None, None)
+        );
+        let errors = |text: &str| {
+            parse(text)
+                .unwrap_err()
+                .0
+                .iter()
+                .map(|d| format!("{}:{}: {}", d.span.line, d.span.col, d.message))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            errors("parameters:\n  n:\n    type: Integer[1, 5]\n    default: 9\nsteps: {}\n"),
+            ["4:14: the default of parameter 'n' does not fit its type Integer[1, 5]: expects Integer[1, 5], got 9"]
+        );
+        assert_eq!(
+            errors("parameters:\n  n: {value: 1, default: 2}\nsteps: {}\n"),
+            ["2:17: parameter 'n' has both a value and a default"]
+        );
+        assert_eq!(
+            errors("parameters:\n  n: {default: $x}\nsteps: {}\n"),
+            ["2:16: the default of parameter 'n' must be a literal value (it cannot reference variables)"]
+        );
     }
 
     /// Tags and anchors are reported where they are written, not at the node they belong

@@ -13,6 +13,7 @@ pub mod definition;
 pub mod events;
 pub mod free;
 pub mod inline;
+pub mod kind;
 pub mod metrics;
 pub mod reason;
 pub mod reconcile;

@@ -20,8 +20,10 @@
 //! - `drop_deployment` and `break_lease` are idempotent, but a retry after a lost answer
 //!   reports what the retry saw (`false` / `None`), not what the first attempt did;
 //! - `begin_run` and `import` append rows: repeating one whose commit succeeded but whose
-//!   answer was lost would duplicate history. They take a connection and ping it first
-//!   (retrying that part), then send their statement once.
+//!   answer was lost would duplicate history. `begin_run` repeats its transaction up to,
+//!   not including, the COMMIT (a transaction cut off before it is rolled back by the
+//!   server) and sends the COMMIT once; `import` pings a connection first (retrying that
+//!   part), then sends its statement once.
 //!
 //! When retrying does not help, the call fails with [`Error::PgUnavailable`] ("lost the
 //! connection to the Postgres state at host:port/db"), which the engine sees as
@@ -537,29 +539,35 @@ impl PostgresStore {
         let row = RunRow::started(run, now_ms())?;
         // Only an apply changes which workflow the deployment runs.
         let applied_workflow = (row.operation == "apply").then_some(row.workflow.as_deref()).flatten();
-        let mut conn = self.live_connection().await?;
-        let mut tx = conn.begin().await.map_err(|e| self.once_error(e))?;
-        fence_check(&mut tx, fence).await?;
-        let id: i64 = sqlx::query_scalar(
-            "WITH d AS (\
-                 INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, $2, $5, $5) \
-                 ON CONFLICT (name) DO UPDATE \
-                 SET workflow = COALESCE($6, deployments.workflow), updated_at = excluded.updated_at \
-                 RETURNING name) \
-             INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes) \
-             SELECT name, $2, $3, $4, $5, $7, $8 FROM d RETURNING id",
-        )
-        .bind(&row.deployment)
-        .bind(&row.workflow)
-        .bind(&row.operation)
-        .bind(&row.actor)
-        .bind(row.started_at)
-        .bind(applied_workflow)
-        .bind(&row.counts)
-        .bind(&row.changes)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| self.once_error(e))?;
+        // Everything before COMMIT is repeated after a connection fault: the server rolls back
+        // a transaction whose connection died before it committed, so no run row is left
+        // behind. Only the COMMIT is ambiguous (committed, answer lost), so it is sent once.
+        let (tx, id) = self
+            .retry(|_| async {
+                let mut tx = self.pool.begin().await?;
+                fence_check(&mut tx, fence).await?;
+                let id: i64 = sqlx::query_scalar(
+                    "WITH d AS (\
+                         INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, $2, $5, $5) \
+                         ON CONFLICT (name) DO UPDATE \
+                         SET workflow = COALESCE($6, deployments.workflow), updated_at = excluded.updated_at \
+                         RETURNING name) \
+                     INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes) \
+                     SELECT name, $2, $3, $4, $5, $7, $8 FROM d RETURNING id",
+                )
+                .bind(&row.deployment)
+                .bind(&row.workflow)
+                .bind(&row.operation)
+                .bind(&row.actor)
+                .bind(row.started_at)
+                .bind(applied_workflow)
+                .bind(&row.counts)
+                .bind(&row.changes)
+                .fetch_one(&mut *tx)
+                .await?;
+                Ok((tx, id))
+            })
+            .await?;
         tx.commit().await.map_err(|e| self.once_error(e))?;
         Ok(id)
     }

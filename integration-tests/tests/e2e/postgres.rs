@@ -222,8 +222,14 @@ fn connections_terminated_mid_run_lose_nothing() {
     let status = child.wait().expect("wait");
     let (out, err) = lyra.spawned_output("apply");
     assert!(!err.contains("panicked"), "{err}");
-    assert!(cuts >= 3, "the connections were cut during the run ({cuts} times)");
     assert!(terminated > 0, "the server terminated some of the apply's connections");
+    // A run that survives the cuts has met several rounds of them; one may also end cleanly
+    // at the first cut that lands on a COMMIT (whether it committed is unknown, so it is
+    // not repeated), checked below.
+    assert!(
+        cuts >= 3 || status.code() == Some(1),
+        "the connections were cut during the run ({cuts} times)"
+    );
     eprintln!(
         "{cuts} rounds terminated {terminated} connections; the apply exited {:?}",
         status.code()

@@ -23,7 +23,11 @@ impl Run<'_, '_> {
     /// enclosing one) and converted to its type; `of` says whose parameter it is in messages.
     pub(super) fn argument(&self, p: &Param, scope: &Env, of: &str) -> Result<Val, StepError> {
         let v = match &p.source {
-            ParamSource::Implicit => scope.get(&p.name).cloned().unwrap_or_else(|| Val::known(Value::Null)),
+            ParamSource::Implicit => scope
+                .get(&p.name)
+                .cloned()
+                .or_else(|| p.default.clone().map(Val::known))
+                .unwrap_or_else(|| Val::known(Value::Null)),
             ParamSource::Lookup(key) => self.lookup_param(key, p)?,
             ParamSource::Value(e) => self.resolve(e, scope)?,
         };
@@ -31,11 +35,13 @@ impl Run<'_, '_> {
     }
 
     pub(super) fn lookup_param(&self, key: &str, p: &Param) -> Result<Val, StepError> {
-        let v = lookup(self.data, key).ok_or_else(|| StepError::MissingKey {
-            at: self.at(p.span),
-            param: p.name.clone(),
-            key: key.to_owned(),
-        })?;
+        let v = lookup(self.data, key)
+            .or(p.default.as_ref())
+            .ok_or_else(|| StepError::MissingKey {
+                at: self.at(p.span),
+                param: p.name.clone(),
+                key: key.to_owned(),
+            })?;
         if too_deep(v) {
             return Err(StepError::DataTooDeep {
                 at: self.at(p.span),

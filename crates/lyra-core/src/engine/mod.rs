@@ -325,14 +325,14 @@ impl<'a> Engine<'a> {
         let mut diags = Diagnostics::default();
         for p in &root.params {
             let value = match &p.source {
-                ParamSource::Lookup(key) => lookup(data, key).cloned().ok_or_else(|| {
+                ParamSource::Lookup(key) => lookup(data, key).or(p.default.as_ref()).cloned().ok_or_else(|| {
                     Diagnostic::new(
                         p.span,
                         format!("parameter '{}': lookup key '{key}' not found in the data", p.name),
                     )
                     .with_help(format!("add '{key}' to the data ({})", self.hints.add_data_key(key)))
                 }),
-                ParamSource::Implicit => lookup(data, &p.name).cloned().ok_or_else(|| {
+                ParamSource::Implicit => lookup(data, &p.name).or(p.default.as_ref()).cloned().ok_or_else(|| {
                     Diagnostic::new(
                         p.span,
                         format!("parameter '{}' has no value: no data key '{}'", p.name, p.name),

@@ -1272,3 +1272,25 @@ steps:
     );
     assert_eq!(f.ids(), ["acc/alice-k3y", "acc/bob-k3y"]);
 }
+
+/// A parameter's `default` is taken when the data has no key for it, at the top level (by
+/// name or lookup) and in a call's lookup; the data wins when it has the key.
+#[test]
+fn defaults_fill_in_for_missing_data() {
+    let wf = "parameters:\n  size: {type: Integer, default: 3, doc: How many.}\n  zone: {lookup: zones.eu, default: eu1}\nreturns: [got]\nsteps:\n  s:\n    returns: {got: echo}\n    resource: Test::Thing\n    value: {input: [$size, $zone]}\n";
+    let f = Fixture::new();
+    let r = f.run(wf, json!({}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
+    assert_eq!(r.returns["got"], json!([3, "eu1"]));
+
+    let f = Fixture::new();
+    let r = f.run(wf, json!({"size": "7", "zones": {"eu": "eu9"}}), Mode::Apply);
+    assert_eq!(r.returns["got"], json!([7, "eu9"]));
+
+    let lib = "parameters:\n  n: {lookup: missing.key, default: 5}\nreturns: [s]\nsteps:\n  sz:\n    returns: {s: echo}\n    resource: Test::Thing\n    value: {input: $n}\n";
+    let main = "returns: [s]\nsteps:\n  c:\n    call: lib\n    returns: [s]\n";
+    let f = Fixture::new();
+    let r = run_with_lib(&f, main, lib, json!({}));
+    assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
+    assert_eq!(r.returns["s"], json!(5));
+}
