@@ -76,6 +76,14 @@ struct Args {
     /// This replica's identity in the Lease and in events. Default: hostname and process id.
     #[arg(long, env = "POD_NAME", value_name = "ID")]
     identity: Option<String>,
+    /// Reach this registry (`HOST[:PORT]`) over plain HTTP; repeatable. Loopback registries
+    /// always are. Also `LYRA_INSECURE_REGISTRIES` (comma-separated).
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registries: Vec<String>,
+    /// Serve `WorkflowDefinition`s: register packages as kinds of their own. Needs the
+    /// WorkflowDefinition CRD (`lyra crd`) and permission to manage CRDs.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    definitions: bool,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -113,6 +121,9 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // oci-client's reqwest needs a process-wide rustls provider; ring is kube's. An error
+    // only says one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let (shutdown_tx, shutdown) = watch::channel(false);
     tokio::spawn(signals(shutdown_tx));
 
@@ -218,7 +229,21 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         state = %lyra_state::redact_url(&args.state),
         "controller running"
     );
+    let registrar = args.definitions.then(|| {
+        let mut registry = lyra_package::RegistryOptions::from_env();
+        registry.insecure.extend(args.insecure_registries.iter().cloned());
+        let registrar = Arc::new(lyra_k8s::registrar::Registrar::new(
+            Arc::clone(&ctx),
+            registry,
+            stop.clone(),
+        ));
+        tokio::spawn(registrar.run())
+    });
     controller::run(ctx, config, stop).await;
+    if let Some(registrar) = registrar {
+        // It stops on the same signal; its kinds' runs finish like the Workflows' do.
+        let _ = registrar.await;
+    }
     tracing::info!("controller stopped; runs in progress have finished and released their leases");
 
     if let Some((leader, task)) = election {

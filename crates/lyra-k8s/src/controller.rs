@@ -39,6 +39,8 @@ pub enum Error {
     AddFinalizer(#[source] kube::Error),
     #[error("failed to remove the finalizer: {0}")]
     RemoveFinalizer(#[source] kube::Error),
+    #[error("failed to write the status: {0}")]
+    Status(#[source] kube::Error),
 }
 
 impl Error {
@@ -185,29 +187,49 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Error
 async fn reconcile_inner(wf: &Workflow, ctx: &Context) -> Result<Action, Error> {
     let ns = wf.namespace().ok_or(Error::Unnamed)?;
     let api: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
-    let finalizer_at = wf.finalizers().iter().position(|f| f == FINALIZER);
-    let deleting = wf.metadata.deletion_timestamp.is_some();
+    let status = wf.status.clone();
+    drive(wf, api, &(), status.as_ref(), ctx, |_| async { Job::from_workflow(wf) }).await
+}
+
+/// One reconcile of an object the core runs (a `Workflow`, or an object of a registered
+/// kind): the finalizer, then apply or cleanup, reporting to the object's status and events.
+/// `job` builds the job once the finalizer is in place; it is told whether the object is
+/// being deleted (a cleanup needs no input, so nothing is read for it).
+pub(crate) async fn drive<K, F, Fut>(
+    obj: &K,
+    api: Api<K>,
+    dt: &K::DynamicType,
+    status: Option<&WorkflowStatus>,
+    ctx: &Context,
+    job: F,
+) -> Result<Action, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    F: FnOnce(bool) -> Fut,
+    Fut: Future<Output = Option<Job>>,
+{
+    let finalizer_at = obj.finalizers().iter().position(|f| f == FINALIZER);
+    let deleting = obj.meta().deletion_timestamp.is_some();
     let finalizer_at = match (finalizer_at, deleting) {
         // Not ours (any more): nothing to clean up.
         (None, true) => return Ok(Action::await_change()),
         // The finalizer goes on before anything is applied; adding it triggers the next
         // reconcile, which applies.
         (None, false) => {
-            add_finalizer(&api, wf).await?;
+            add_finalizer(&api, obj, FINALIZER).await?;
             return Ok(Action::await_change());
         }
         (Some(i), _) => i,
     };
-    let Some(job) = Job::from_workflow(wf) else {
+    let Some(job) = job(deleting).await else {
         return Err(Error::Unnamed);
     };
     let reporter = KubeReporter {
         api: api.clone(),
         name: job.key.name.clone(),
         events: &ctx.events,
-        reference: wf.object_ref(&()),
+        reference: obj.object_ref(dt),
     };
-    let status = wf.status.as_ref();
     if !deleting {
         let next = ctx.runtime.apply(&job, status, &reporter).await.map_err(Error::Apply)?;
         return Ok(match next {
@@ -222,7 +244,7 @@ async fn reconcile_inner(wf: &Workflow, ctx: &Context) -> Result<Action, Error> 
         .map_err(Error::Cleanup)?
     {
         Next::Done => {
-            remove_finalizer(&api, wf, finalizer_at).await?;
+            remove_finalizer(&api, obj, finalizer_at, FINALIZER).await?;
             Ok(Action::await_change())
         }
         Next::Requeue(d) => Ok(Action::requeue(d)),
@@ -236,19 +258,22 @@ fn json_patch(ops: serde_json::Value) -> Patch<()> {
 
 /// Adds the finalizer, provided the object is still the one seen and nobody changed its
 /// finalizers meanwhile (the apiserver does not deduplicate finalizers).
-async fn add_finalizer(api: &Api<Workflow>, wf: &Workflow) -> Result<(), Error> {
-    let name = wf.metadata.name.as_deref().ok_or(Error::Unnamed)?;
-    let uid = wf.metadata.uid.as_deref().ok_or(Error::Unnamed)?;
+pub(crate) async fn add_finalizer<K>(api: &Api<K>, wf: &K, finalizer: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = wf.meta().name.as_deref().ok_or(Error::Unnamed)?;
+    let uid = wf.meta().uid.as_deref().ok_or(Error::Unnamed)?;
     let finalizers = wf.finalizers();
     let (test, add) = if finalizers.is_empty() {
         (
             serde_json::Value::Null,
-            serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}),
+            serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
         )
     } else {
         (
             serde_json::json!(finalizers),
-            serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}),
+            serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}),
         )
     };
     let patch = json_patch(serde_json::json!([
@@ -264,9 +289,7 @@ async fn add_finalizer(api: &Api<Workflow>, wf: &Workflow) -> Result<(), Error> 
         Err(e) => return Err(Error::AddFinalizer(e)),
     };
     match api.get_opt(name).await {
-        Ok(Some(now))
-            if now.metadata.uid.as_deref() == Some(uid) && !now.finalizers().iter().any(|f| f == FINALIZER) =>
-        {
+        Ok(Some(now)) if now.meta().uid.as_deref() == Some(uid) && !now.finalizers().iter().any(|f| f == finalizer) => {
             Err(Error::AddFinalizer(refused))
         }
         // Gone, re-created, or already carrying it: the reconcile on that change does the rest.
@@ -278,13 +301,16 @@ async fn add_finalizer(api: &Api<Workflow>, wf: &Workflow) -> Result<(), Error> 
 /// Removes the finalizer at `index` once cleanup is done. The object being gone already, or
 /// the name now belonging to another object, or the finalizer having been removed by someone
 /// else, all mean the same: this object's finalizer is no longer there, which is the goal.
-async fn remove_finalizer(api: &Api<Workflow>, wf: &Workflow, index: usize) -> Result<(), Error> {
-    let name = wf.metadata.name.as_deref().ok_or(Error::Unnamed)?;
-    let uid = wf.metadata.uid.as_deref().ok_or(Error::Unnamed)?;
+pub(crate) async fn remove_finalizer<K>(api: &Api<K>, wf: &K, index: usize, finalizer: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = wf.meta().name.as_deref().ok_or(Error::Unnamed)?;
+    let uid = wf.meta().uid.as_deref().ok_or(Error::Unnamed)?;
     let path = format!("/metadata/finalizers/{index}");
     let patch = json_patch(serde_json::json!([
         {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": path, "value": FINALIZER},
+        {"op": "test", "path": path, "value": finalizer},
         {"op": "remove", "path": path},
     ]));
     let refused = match api.patch(name, &PatchParams::default(), &patch).await {
@@ -299,9 +325,7 @@ async fn remove_finalizer(api: &Api<Workflow>, wf: &Workflow, index: usize) -> R
     };
     match api.get_opt(name).await {
         Ok(None) => Ok(()),
-        Ok(Some(now))
-            if now.metadata.uid.as_deref() != Some(uid) || !now.finalizers().iter().any(|f| f == FINALIZER) =>
-        {
+        Ok(Some(now)) if now.meta().uid.as_deref() != Some(uid) || !now.finalizers().iter().any(|f| f == finalizer) => {
             Ok(())
         }
         // Still ours, at another index: the next reconcile (on that change) removes it.
@@ -310,7 +334,7 @@ async fn remove_finalizer(api: &Api<Workflow>, wf: &Workflow, index: usize) -> R
     }
 }
 
-fn error_policy(_wf: Arc<Workflow>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
     // Errors the core classified carry their backoff; anything else (the API server
     // refusing a patch) is retried soon, jittered so a burst does not come back at once:
     // in 5 to 10 s.
@@ -323,15 +347,18 @@ fn error_policy(_wf: Arc<Workflow>, error: &Error, _ctx: Arc<Context>) -> Action
 
 /// Reports to the API server: status by merge patch on the status subresource (only the
 /// fields that changed, `null` for the ones removed), events through the publisher.
-struct KubeReporter<'a> {
-    api: Api<Workflow>,
+struct KubeReporter<'a, K> {
+    api: Api<K>,
     name: String,
     events: &'a EventPublisher,
     reference: ObjectReference,
 }
 
 #[async_trait]
-impl Reporter for KubeReporter<'_> {
+impl<K> Reporter for KubeReporter<'_, K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+{
     async fn write_status(&self, old: &WorkflowStatus, new: &WorkflowStatus) -> Result<(), ReportError> {
         let Some(patch) = merge_patch(&serde_json::to_value(old)?, &serde_json::to_value(new)?) else {
             return Ok(());

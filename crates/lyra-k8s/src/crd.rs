@@ -142,7 +142,11 @@ pub struct WorkflowStatus {
     /// The workflow applied (its name; an inline workflow is named after the object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
-    /// The state key of the deployment: `k8s/<namespace>/<name>`.
+    /// The package digest the last successful apply ran (objects of registered kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The state key of the deployment: `k8s/<namespace>/<name>`
+    /// (`k8s/<namespace>/<plural>.<group>/<name>` for a registered kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<String>,
     /// One line for people: what is happening or what went wrong.

@@ -6,18 +6,13 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+use crate::kind::DEFAULT_GROUP;
+
 /// The finalizer on every definition: its CRD goes only once no instance is left.
 pub const DEFINITION_FINALIZER: &str = "lyra.dev/registration";
 /// `"true"` on a definition lets an upgrade through that breaks existing instances'
 /// schema (a parameter removed, a type changed, a required one added...).
 pub const ALLOW_BREAKING: &str = "lyra.dev/allow-breaking";
-/// On a generated CRD: the definition that owns it. An annotation, not an ownerReference,
-/// so deleting the definition never cascades to the CRD and its instances.
-pub const OWNER_ANNOTATION: &str = "lyra.dev/definition";
-/// On a generated CRD, so `kubectl get crd -l lyra.dev/generated=true` lists them.
-pub const GENERATED_LABEL: &str = "lyra.dev/generated";
-/// The group of generated kinds when the definition names none.
-pub const DEFAULT_GROUP: &str = "workflows.lyra.dev";
 
 /// A workflow package registered as a Kubernetes kind: the controller generates a CRD whose
 /// `spec` is the workflow's parameters, and applies every object of that kind.

@@ -45,6 +45,19 @@ pub enum Reason {
     ApplyFailed,
     DeleteFailed,
     StepFailed,
+    // Registration (WorkflowDefinition).
+    /// The generated kind is served.
+    Registered,
+    /// Deleting a definition waits for the objects of its kind to go.
+    WaitingForInstances,
+    /// The kind's CRD belongs to another definition (or is not Lyra's).
+    KindTaken,
+    /// The upgrade would break the kind's schema and is not allowed to.
+    BreakingChange,
+    /// The package cannot be read: a bad reference, not a package, an invalid workflow.
+    InvalidPackage,
+    /// The registry cannot be reached or refused (retried).
+    PackageUnavailable,
 }
 
 impl Reason {
@@ -74,6 +87,12 @@ impl Reason {
             Reason::ApplyFailed => "ApplyFailed",
             Reason::DeleteFailed => "DeleteFailed",
             Reason::StepFailed => "StepFailed",
+            Reason::Registered => "Registered",
+            Reason::WaitingForInstances => "WaitingForInstances",
+            Reason::KindTaken => "KindTaken",
+            Reason::BreakingChange => "BreakingChange",
+            Reason::InvalidPackage => "InvalidPackage",
+            Reason::PackageUnavailable => "PackageUnavailable",
         }
     }
 
@@ -88,12 +107,16 @@ impl Reason {
             | Reason::InvalidWorkflowName
             | Reason::WorkflowNotFound
             | Reason::WorkflowOutsideLoadPath
-            | Reason::WorkflowUnreadable => Some(ErrorClass::Terminal),
+            | Reason::WorkflowUnreadable
+            | Reason::KindTaken
+            | Reason::BreakingChange
+            | Reason::InvalidPackage => Some(ErrorClass::Terminal),
             Reason::StateUnavailable
             | Reason::Interrupted
             | Reason::ApplyFailed
             | Reason::DeleteFailed
-            | Reason::StepFailed => Some(ErrorClass::Retryable),
+            | Reason::StepFailed
+            | Reason::PackageUnavailable => Some(ErrorClass::Retryable),
             Reason::Progressing
             | Reason::Applying
             | Reason::Applied
@@ -105,7 +128,9 @@ impl Reason {
             | Reason::Created
             | Reason::Updated
             | Reason::Replaced
-            | Reason::MoreChanges => None,
+            | Reason::MoreChanges
+            | Reason::Registered
+            | Reason::WaitingForInstances => None,
         }
     }
 }

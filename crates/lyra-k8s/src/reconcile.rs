@@ -38,6 +38,8 @@ use crate::status::{self, Verdict, judge};
 pub struct ObjectKey {
     pub namespace: String,
     pub name: String,
+    /// `<plural>.<group>` for an object of a registered kind; `None` for a `Workflow`.
+    pub kind: Option<String>,
 }
 
 impl ObjectKey {
@@ -45,17 +47,35 @@ impl ObjectKey {
         ObjectKey {
             namespace: namespace.into(),
             name: name.into(),
+            kind: None,
+        }
+    }
+
+    /// An object of a registered kind (`kind` is `<plural>.<group>`).
+    pub fn of_kind(kind: impl Into<String>, namespace: impl Into<String>, name: impl Into<String>) -> ObjectKey {
+        ObjectKey {
+            kind: Some(kind.into()),
+            ..ObjectKey::new(namespace, name)
+        }
+    }
+
+    /// The object's path: `<namespace>/<name>`, or `<namespace>/<plural>.<group>/<name>`
+    /// for a registered kind (kinds never clash with each other or with `Workflow`s).
+    fn path(&self) -> String {
+        match &self.kind {
+            None => format!("{}/{}", self.namespace, self.name),
+            Some(kind) => format!("{}/{kind}/{}", self.namespace, self.name),
         }
     }
 
     /// The state key of the object's deployment, shared with the CLI (`lyra plan --name`).
     pub fn deployment(&self) -> String {
-        format!("k8s/{}/{}", self.namespace, self.name)
+        format!("k8s/{}", self.path())
     }
 
     /// Who holds the deployment's lease while the controller runs it.
     pub fn owner(&self) -> String {
-        format!("controller/{}/{}", self.namespace, self.name)
+        format!("controller/{}", self.path())
     }
 }
 
@@ -66,6 +86,18 @@ pub enum WorkflowRef {
     Named(String),
     /// Embedded in the object; `name` names it in diagnostics and the state.
     Inline { name: String, body: Value },
+    /// A registered package's main workflow (objects of a generated kind).
+    Package(PackageRef),
+}
+
+/// A package, compared by digest (the digest is its content).
+#[derive(Debug, Clone)]
+pub struct PackageRef(pub Arc<lyra_package::Package>);
+
+impl PartialEq for PackageRef {
+    fn eq(&self, other: &PackageRef) -> bool {
+        self.0.digest == other.0.digest
+    }
 }
 
 /// What to run for one object.
@@ -85,6 +117,17 @@ pub struct Job {
     pub suspend: bool,
     /// The `lyra.dev/reconcile-requested-at` annotation.
     pub requested_at: Option<String>,
+}
+
+impl Job {
+    /// The package digest the job runs, if it runs a package: a new one is a change to
+    /// apply even when the object itself did not change.
+    pub fn digest(&self) -> Option<&str> {
+        match &self.workflow {
+            Ok(WorkflowRef::Package(p)) => Some(&p.0.digest),
+            _ => None,
+        }
+    }
 }
 
 impl Job {
@@ -231,6 +274,7 @@ impl Settings {
 struct Memo {
     uid: Option<String>,
     generation: Option<i64>,
+    digest: Option<String>,
     requested_at: Option<String>,
     at: Instant,
     outcome: MemoOutcome,
@@ -344,6 +388,11 @@ impl Runtime {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The providers' resource schemas, to load workflows with.
+    pub fn schemas(&self) -> &lyra_core::schema::SchemaRegistry {
+        self.providers.schemas()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -510,6 +559,7 @@ impl Runtime {
         if report.outcome == Outcome::Succeeded && kept {
             (t.status.returns, t.status.returns_omitted) = status::fit_returns(&report, status::RETURNS_BUDGET);
             t.status.last_handled_reconcile_at = job.requested_at.clone();
+            t.status.digest = job.digest().map(str::to_owned);
             judge(&mut t.status, &Verdict::Applied, job.generation, now);
             self.remember(job, MemoOutcome::Applied);
             t.flush().await?;
@@ -725,6 +775,20 @@ impl Runtime {
                 let text = rendered.text.clone();
                 origin.inline = Some((file.clone(), rendered));
                 (name.clone(), (file, text))
+            }
+            // Calls resolve within the package only: it is the unit that was registered.
+            Ok(WorkflowRef::Package(p)) => {
+                let package = &p.0;
+                let name = package.pinned_name();
+                return lyra_core::program::load(
+                    &package.manifest.name,
+                    package.main(),
+                    &mut package.source(),
+                    sources,
+                    self.providers.schemas(),
+                )
+                .map(|p| (name, p))
+                .map_err(|d| Failure::new(Reason::InvalidWorkflow, diagnostics_text(&d, sources, origin)));
             }
         };
         lyra_host::load_program(&name, main, &self.load_path, self.providers.schemas(), sources)
@@ -978,6 +1042,7 @@ impl Runtime {
             Memo {
                 uid: job.uid.clone(),
                 generation: job.generation,
+                digest: job.digest().map(str::to_owned),
                 requested_at: job.requested_at.clone(),
                 at: Instant::now(),
                 outcome,
@@ -1109,9 +1174,12 @@ fn decide(
         Some(r) if elapsed >= r => Decision::Run,
         Some(r) => Decision::Wait(r - elapsed),
     };
-    if let Some(m) =
-        memo.filter(|m| m.is_for(job) && m.generation == job.generation && m.requested_at == job.requested_at)
-    {
+    if let Some(m) = memo.filter(|m| {
+        m.is_for(job)
+            && m.generation == job.generation
+            && m.requested_at == job.requested_at
+            && m.digest.as_deref() == job.digest()
+    }) {
         return match m.outcome {
             MemoOutcome::Applied => refreshed(now.saturating_duration_since(m.at)),
             MemoOutcome::Stalled | MemoOutcome::Deleted => Decision::Idle,
@@ -1128,7 +1196,9 @@ fn decide(
     }
     let Some(s) = status else { return Decision::Run };
     let handled = job.requested_at.is_none() || job.requested_at == s.last_handled_reconcile_at;
-    if s.observed_generation != job.generation || job.generation.is_none() || !handled {
+    // A package upgrade re-applies every object of the kind.
+    let upgraded = job.digest().is_some() && s.digest.as_deref() != job.digest();
+    if s.observed_generation != job.generation || job.generation.is_none() || !handled || upgraded {
         return Decision::Run;
     }
     if status::is_true(s, status::STALLED) && s.phase != Some(Phase::Deleting) {

@@ -1,0 +1,768 @@
+//! Registration: a `WorkflowDefinition` becomes a CRD of its own, and the objects of that kind
+//! are run by the same core as `Workflow`s ([`crate::controller::drive`]).
+//!
+//! The definition reconciler resolves the package (a tag once, at registration: the pinned
+//! reference is kept in `status.package`), loads it, generates the CRD ([`crate::kind`]) and
+//! applies it server-side, refusing a kind another definition owns and an upgrade that breaks
+//! the schema. Once the CRD is established, a kube-runtime controller over `DynamicObject`s
+//! of that kind runs in this process (started at run time, no restart); a new package digest
+//! re-reconciles every object. The CRD carries its owner as an annotation, not an
+//! ownerReference, so deleting a definition never cascades to the objects and what they
+//! deployed: deletion waits until no object is left, then removes the CRD.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, JSONSchemaProps};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use lyra_core::diag::Sources;
+use lyra_core::model::Workflow as Model;
+use lyra_package::{Package, Reference, RegistryOptions};
+use tokio::sync::watch;
+
+use crate::controller::{self as wiring, Context, Error, MANAGER};
+use crate::crd::WorkflowStatus;
+use crate::definition::{
+    DEFINITION_FINALIZER, SchemaChangeSummary, WorkflowDefinition, WorkflowDefinitionStatus, allows_breaking,
+};
+use crate::kind::{self, DEFINITION_ANNOTATION as OWNER_ANNOTATION, InstanceSpec, KindNames, PackageInfo};
+use crate::reason::Reason;
+use crate::reconcile::{Job, Note, ObjectKey, Origin, PackageRef, WorkflowRef, diagnostics_text};
+use crate::status::{READY, STALLED, set_condition};
+
+/// On a generated CRD: the pinned package it was generated from, so a restarted controller
+/// serves what the CRD says even while an upgrade is refused.
+pub const PACKAGE_ANNOTATION: &str = "lyra.dev/package";
+
+/// How often a Ready definition is looked at again (its instance count).
+const RECHECK: Duration = Duration::from_secs(30);
+/// How often a deletion that waits for instances looks again.
+const DELETION_POLL: Duration = Duration::from_secs(3);
+
+/// What a served kind runs now.
+#[derive(Debug)]
+pub struct Served {
+    pub package: Arc<Package>,
+    pub main: Arc<Model>,
+}
+
+struct KindHandle {
+    definition: String,
+    current: watch::Sender<Arc<Served>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The definition reconciler's shared state: the kinds served by this process.
+pub struct Registrar {
+    ctx: Arc<Context>,
+    registry: RegistryOptions,
+    kinds: Mutex<HashMap<String, KindHandle>>,
+    packages: Mutex<HashMap<String, Arc<Package>>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Registrar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registrar").finish_non_exhaustive()
+    }
+}
+
+/// Why a registration is not (yet) served.
+enum Refusal {
+    /// Terminal until the definition (or the cluster) changes.
+    Stalled(Reason, String),
+    /// Will pass by itself; try again.
+    Retry(Reason, String),
+}
+
+impl Registrar {
+    pub fn new(ctx: Arc<Context>, registry: RegistryOptions, shutdown: watch::Receiver<bool>) -> Registrar {
+        Registrar {
+            ctx,
+            registry,
+            kinds: Mutex::new(HashMap::new()),
+            packages: Mutex::new(HashMap::new()),
+            shutdown,
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.ctx.client.clone()
+    }
+
+    /// Runs the definition reconciler until `shutdown`; the kinds' controllers stop with it.
+    pub async fn run(self: Arc<Self>) {
+        let api: Api<WorkflowDefinition> = Api::all(self.client());
+        let mut rx = self.shutdown.clone();
+        let trigger = async move {
+            let _ = rx.wait_for(|down| *down).await;
+        };
+        Controller::new(api, watcher::Config::default())
+            .graceful_shutdown_on(trigger)
+            .run(reconcile_definition, definition_error_policy, Arc::clone(&self))
+            .for_each(|result| async move {
+                match result {
+                    Ok((obj, _)) => tracing::debug!(definition = %obj.name, "reconciled"),
+                    Err(e) => tracing::warn!(error = %e, "definition reconcile failed"),
+                }
+            })
+            .await;
+        let handles: Vec<_> = self
+            .kinds
+            .lock()
+            .expect("kinds lock")
+            .drain()
+            .map(|(_, h)| h.task)
+            .collect();
+        for task in handles {
+            let _ = task.await;
+        }
+    }
+
+    /// The package a pinned reference names, pulled once per digest.
+    async fn package(&self, reference: &Reference) -> Result<Arc<Package>, Refusal> {
+        let digest = lyra_package::resolve_digest(reference, &self.registry)
+            .await
+            .map_err(package_refusal)?;
+        if let Some(p) = self.packages.lock().expect("packages lock").get(&digest) {
+            return Ok(Arc::clone(p));
+        }
+        let package = Arc::new(
+            lyra_package::resolve(&reference.pinned(&digest), &self.registry)
+                .await
+                .map_err(package_refusal)?,
+        );
+        self.packages
+            .lock()
+            .expect("packages lock")
+            .insert(package.digest.clone(), Arc::clone(&package));
+        Ok(package)
+    }
+
+    /// Registers (or upgrades) the definition's kind; fills in `status` as it goes.
+    async fn register(
+        &self,
+        def: &WorkflowDefinition,
+        status: &mut WorkflowDefinitionStatus,
+    ) -> Result<Action, Refusal> {
+        let name = def.name_any();
+        let spec = &def.spec;
+        // A tag is resolved once: later reconciles of the same generation use the pin.
+        let text = match &status.package {
+            Some(pinned) if status.observed_generation == def.metadata.generation => pinned.clone(),
+            _ => spec.package.clone(),
+        };
+        let reference = Reference::parse(&text)
+            .map_err(|e| Refusal::Stalled(Reason::InvalidPackage, format!("spec.package: {e}")))?;
+        let package = self.package(&reference).await?;
+        let pinned = reference.pinned(&package.digest).to_string();
+        status.package = Some(pinned.clone());
+        let main = load(&package, &self.ctx.runtime)?;
+        let mut names = KindNames::new(&spec.kind, Some(spec.group()));
+        names.plural = spec.plural.clone();
+        if let Some(s) = &spec.singular {
+            names.singular = s.clone();
+        }
+        names.short_names = spec.short_names.clone();
+        for c in &spec.categories {
+            if !names.categories.contains(c) {
+                names.categories.push(c.clone());
+            }
+        }
+        let info = PackageInfo {
+            definition: name.clone(),
+            digest: package.digest.clone(),
+            version: package.manifest.version.clone(),
+        };
+        let mut crd = kind::generate_crd(&names, &main, &info)
+            .map_err(|e| Refusal::Stalled(Reason::InvalidPackage, format!("package {pinned}: {e}")))?;
+        let crd_name = spec.crd_name();
+        crd.metadata.name = Some(crd_name.clone());
+        crd.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(PACKAGE_ANNOTATION.to_owned(), pinned.clone());
+        status.crd_name = Some(crd_name.clone());
+
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client());
+        let existing = crds.get_opt(&crd_name).await.map_err(api_refusal)?;
+        let mut changes = Vec::new();
+        if let Some(existing) = &existing {
+            let owner = existing.annotations().get(OWNER_ANNOTATION);
+            match owner {
+                Some(o) if *o == name => {}
+                Some(o) => {
+                    return Err(Refusal::Stalled(
+                        Reason::KindTaken,
+                        format!(
+                            "kind {} ({crd_name}) is already registered by WorkflowDefinition {o}; choose another kind, plural or group, or delete {o} first",
+                            spec.kind
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(Refusal::Stalled(
+                        Reason::KindTaken,
+                        format!(
+                            "CustomResourceDefinition {crd_name} exists and was not made by Lyra; choose another plural or group"
+                        ),
+                    ));
+                }
+            }
+            let old_digest = existing.annotations().get(PACKAGE_ANNOTATION).cloned();
+            if old_digest.as_deref() != Some(pinned.as_str()) {
+                changes = kind::schema_changes(&spec_schema(existing), &spec_schema(&crd));
+                let breaking: Vec<String> = changes
+                    .iter()
+                    .filter(|c| c.breaking)
+                    .map(|c| format!("{}: {}", c.path, c.description))
+                    .collect();
+                if !breaking.is_empty() && !allows_breaking(def) {
+                    status.breaking_changes = breaking.clone();
+                    // The kind keeps being served from the package its CRD was made from.
+                    if let Some(old) = old_digest {
+                        self.serve_from_crd(&name, existing, &old).await;
+                    }
+                    return Err(Refusal::Stalled(
+                        Reason::BreakingChange,
+                        format!(
+                            "the upgrade to {pinned} breaks the schema of kind {} ({} change(s)): {}; to apply it anyway, annotate the definition with lyra.dev/allow-breaking=true (or run lyra register --allow-breaking)",
+                            spec.kind,
+                            breaking.len(),
+                            breaking.join("; ")
+                        ),
+                    ));
+                }
+                status.last_schema_change = Some(SchemaChangeSummary {
+                    time: Time(Timestamp::now()),
+                    from_digest: old_digest,
+                    to_digest: package.digest.clone(),
+                    changes: changes
+                        .iter()
+                        .map(|c| format!("{}: {}", c.path, c.description))
+                        .collect(),
+                });
+            }
+        }
+        status.breaking_changes.clear();
+        let applied = crds
+            .patch(&crd_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
+            .await
+            .map_err(api_refusal)?;
+        status.digest = Some(package.digest.clone());
+        status.version = Some(package.manifest.version.clone());
+        if !established(&applied) {
+            status.message = Some(format!(
+                "waiting for CustomResourceDefinition {crd_name} to be established"
+            ));
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        let resource = api_resource(&applied);
+        self.serve(&name, &crd_name, resource.clone(), Served { package, main });
+        let instances = Api::<DynamicObject>::all_with(self.client(), &resource)
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(api_refusal)?;
+        status.instances = Some(i32::try_from(instances.items.len()).unwrap_or(i32::MAX));
+        status.message = Some(format!("serving kind {} ({crd_name}) from {pinned}", spec.kind));
+        let _ = changes;
+        Ok(Action::requeue(RECHECK))
+    }
+
+    /// Serves the kind from the package its CRD names (after a restart, while an upgrade is
+    /// refused), unless it is served already.
+    async fn serve_from_crd(&self, definition: &str, crd: &CustomResourceDefinition, pinned: &str) {
+        let crd_name = crd.name_any();
+        if self.kinds.lock().expect("kinds lock").contains_key(&crd_name) {
+            return;
+        }
+        let Ok(reference) = Reference::parse(pinned) else {
+            return;
+        };
+        let Ok(package) = self.package(&reference).await else {
+            return;
+        };
+        let Ok(main) = load(&package, &self.ctx.runtime) else {
+            return;
+        };
+        self.serve(definition, &crd_name, api_resource(crd), Served { package, main });
+    }
+
+    /// Starts the kind's controller, or points the running one at a new package (every
+    /// object is then reconciled again).
+    fn serve(&self, definition: &str, crd_name: &str, resource: ApiResource, served: Served) {
+        let mut kinds = self.kinds.lock().expect("kinds lock");
+        if let Some(h) = kinds.get(crd_name)
+            && !h.task.is_finished()
+        {
+            if h.current.borrow().package.digest != served.package.digest {
+                tracing::info!(kind = %crd_name, digest = %served.package.digest, "upgrading the kind's objects");
+                h.current.send_replace(Arc::new(served));
+            }
+            return;
+        }
+        tracing::info!(kind = %crd_name, digest = %served.package.digest, "serving a registered kind");
+        let (tx, rx) = watch::channel(Arc::new(served));
+        let kind_ctx = Arc::new(KindContext {
+            ctx: Arc::clone(&self.ctx),
+            resource: resource.clone(),
+            served: rx.clone(),
+        });
+        let task = tokio::spawn(run_kind(kind_ctx, rx, self.shutdown.clone()));
+        kinds.insert(
+            crd_name.to_owned(),
+            KindHandle {
+                definition: definition.to_owned(),
+                current: tx,
+                task,
+            },
+        );
+    }
+
+    /// Deletion: waits while objects of the kind exist, then removes the CRD. `Ok(true)`
+    /// once the finalizer may go.
+    async fn unregister(
+        &self,
+        def: &WorkflowDefinition,
+        status: &mut WorkflowDefinitionStatus,
+    ) -> Result<Option<usize>, Refusal> {
+        let name = def.name_any();
+        let crd_name = status.crd_name.clone().unwrap_or_else(|| def.spec.crd_name());
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client());
+        let Some(crd) = crds.get_opt(&crd_name).await.map_err(api_refusal)? else {
+            self.stop(&crd_name, &name);
+            return Ok(None);
+        };
+        // Never another definition's CRD (this one was refused it).
+        if crd.annotations().get(OWNER_ANNOTATION) != Some(&name) {
+            return Ok(None);
+        }
+        let instances = Api::<DynamicObject>::all_with(self.client(), &api_resource(&crd))
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(api_refusal)?;
+        let left = instances.items.len();
+        status.instances = Some(i32::try_from(left).unwrap_or(i32::MAX));
+        if left > 0 {
+            return Ok(Some(left));
+        }
+        self.stop(&crd_name, &name);
+        match crds.delete(&crd_name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(api_refusal(e)),
+        }
+        Ok(None)
+    }
+
+    fn stop(&self, crd_name: &str, definition: &str) {
+        let mut kinds = self.kinds.lock().expect("kinds lock");
+        if kinds.get(crd_name).is_some_and(|h| h.definition == definition)
+            && let Some(h) = kinds.remove(crd_name)
+        {
+            h.task.abort();
+        }
+    }
+}
+
+/// Loads and validates the package's main workflow (calls resolve within the package).
+fn load(package: &Package, runtime: &crate::reconcile::Runtime) -> Result<Arc<Model>, Refusal> {
+    let mut sources = Sources::default();
+    lyra_core::program::load(
+        &package.manifest.name,
+        package.main(),
+        &mut package.source(),
+        &mut sources,
+        runtime.schemas(),
+    )
+    .map(|p| p.main)
+    .map_err(|d| {
+        Refusal::Stalled(
+            Reason::InvalidPackage,
+            format!(
+                "package {} is not a valid workflow:\n{}",
+                package.pinned_name(),
+                diagnostics_text(&d, &sources, &Origin::default())
+            ),
+        )
+    })
+}
+
+fn package_refusal(e: lyra_package::Error) -> Refusal {
+    use lyra_package::Error as E;
+    match e {
+        E::Unreachable { .. } | E::Registry { .. } | E::Io { .. } => {
+            Refusal::Retry(Reason::PackageUnavailable, e.to_string())
+        }
+        other => Refusal::Stalled(Reason::InvalidPackage, other.to_string()),
+    }
+}
+
+fn api_refusal(e: kube::Error) -> Refusal {
+    Refusal::Retry(Reason::PackageUnavailable, format!("Kubernetes API: {e}"))
+}
+
+/// The `spec` property of a CRD's (first version's) schema.
+fn spec_schema(crd: &CustomResourceDefinition) -> JSONSchemaProps {
+    crd.spec
+        .versions
+        .first()
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| s.properties.as_ref())
+        .and_then(|p| p.get("spec"))
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+}
+
+/// How kube addresses objects of the CRD's kind.
+fn api_resource(crd: &CustomResourceDefinition) -> ApiResource {
+    let version = crd.spec.versions.first().map_or("v1alpha1", |v| v.name.as_str());
+    ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.to_owned(),
+        api_version: format!("{}/{version}", crd.spec.group),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    }
+}
+
+async fn reconcile_definition(def: Arc<WorkflowDefinition>, reg: Arc<Registrar>) -> Result<Action, Error> {
+    let api: Api<WorkflowDefinition> = Api::all(reg.client());
+    let deleting = def.metadata.deletion_timestamp.is_some();
+    let finalizer_at = def.finalizers().iter().position(|f| f == DEFINITION_FINALIZER);
+    let finalizer_at = match (finalizer_at, deleting) {
+        (None, true) => return Ok(Action::await_change()),
+        (None, false) => {
+            wiring::add_finalizer(&api, &*def, DEFINITION_FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        (Some(i), _) => i,
+    };
+    let old = def.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let now = Time(Timestamp::now());
+    let generation = def.metadata.generation;
+    let reference = def.object_ref(&());
+    let publish = |warning: bool, reason: Reason, action: &str, message: String| {
+        let note = Note {
+            warning,
+            reason,
+            action: action.to_owned(),
+            message,
+            resource: None,
+        };
+        let reference = reference.clone();
+        let reg = Arc::clone(&reg);
+        async move {
+            if let Err(e) = reg.ctx.events.publish(&note, &reference).await {
+                tracing::warn!(reason = %note.reason, error = %e, "could not publish an event");
+            }
+        }
+    };
+    if deleting {
+        let action = match reg.unregister(&def, &mut status).await {
+            Ok(Some(left)) => {
+                let kind = &def.spec.kind;
+                let message = format!(
+                    "deletion waits for {left} object(s) of kind {kind}; delete them first (kubectl delete {}.{} --all -A); their resources are never deleted with the definition",
+                    def.spec.plural,
+                    def.spec.group()
+                );
+                set_condition(
+                    &mut status.conditions,
+                    READY,
+                    false,
+                    Reason::WaitingForInstances.as_str(),
+                    &message,
+                    generation,
+                    &now,
+                );
+                if status.instances != old.instances || old.message.as_deref() != Some(message.as_str()) {
+                    publish(true, Reason::WaitingForInstances, "Delete", message.clone()).await;
+                }
+                status.message = Some(message);
+                Action::requeue(DELETION_POLL)
+            }
+            Ok(None) => {
+                wiring::remove_finalizer(&api, &*def, finalizer_at, DEFINITION_FINALIZER).await?;
+                return Ok(Action::await_change());
+            }
+            Err(Refusal::Retry(reason, m) | Refusal::Stalled(reason, m)) => {
+                set_condition(
+                    &mut status.conditions,
+                    READY,
+                    false,
+                    reason.as_str(),
+                    &m,
+                    generation,
+                    &now,
+                );
+                status.message = Some(m);
+                Action::requeue(DELETION_POLL)
+            }
+        };
+        write_status(&api, &def, &old, &status).await?;
+        return Ok(action);
+    }
+    let action = match reg.register(&def, &mut status).await {
+        Ok(action) => {
+            let served = status.message.as_deref().is_some_and(|m| m.starts_with("serving"));
+            let message = status.message.clone().unwrap_or_default();
+            set_condition(
+                &mut status.conditions,
+                READY,
+                served,
+                if served {
+                    Reason::Registered.as_str()
+                } else {
+                    Reason::Progressing.as_str()
+                },
+                &message,
+                generation,
+                &now,
+            );
+            set_condition(
+                &mut status.conditions,
+                STALLED,
+                false,
+                Reason::Registered.as_str(),
+                "",
+                generation,
+                &now,
+            );
+            if served && (old.digest != status.digest || !is_true(&old, READY)) {
+                publish(false, Reason::Registered, "Register", message).await;
+            }
+            action
+        }
+        Err(Refusal::Stalled(reason, m)) => {
+            set_condition(
+                &mut status.conditions,
+                READY,
+                false,
+                reason.as_str(),
+                &m,
+                generation,
+                &now,
+            );
+            set_condition(
+                &mut status.conditions,
+                STALLED,
+                true,
+                reason.as_str(),
+                &m,
+                generation,
+                &now,
+            );
+            if old.message.as_deref() != Some(m.as_str()) {
+                publish(true, reason, "Register", m.clone()).await;
+            }
+            status.message = Some(crate::status::one_line(&m));
+            Action::requeue(RECHECK)
+        }
+        Err(Refusal::Retry(reason, m)) => {
+            set_condition(
+                &mut status.conditions,
+                READY,
+                false,
+                reason.as_str(),
+                &m,
+                generation,
+                &now,
+            );
+            if old.message.as_deref() != Some(m.as_str()) {
+                publish(true, reason, "Register", m.clone()).await;
+            }
+            status.message = Some(crate::status::one_line(&m));
+            Action::requeue(Duration::from_secs(5))
+        }
+    };
+    status.observed_generation = generation;
+    write_status(&api, &def, &old, &status).await?;
+    Ok(action)
+}
+
+fn is_true(status: &WorkflowDefinitionStatus, type_: &str) -> bool {
+    status.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+async fn write_status(
+    api: &Api<WorkflowDefinition>,
+    def: &WorkflowDefinition,
+    old: &WorkflowDefinitionStatus,
+    new: &WorkflowDefinitionStatus,
+) -> Result<(), Error> {
+    let to_json = |s| serde_json::to_value(s).unwrap_or_default();
+    let Some(patch) = crate::status::merge_patch(&to_json(old), &to_json(new)) else {
+        return Ok(());
+    };
+    let body = serde_json::json!({ "status": patch });
+    match api
+        .patch_status(&def.name_any(), &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::Status(e)),
+    }
+}
+
+fn definition_error_policy(_def: Arc<WorkflowDefinition>, _error: &Error, _reg: Arc<Registrar>) -> Action {
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// What the controller of one registered kind shares.
+struct KindContext {
+    ctx: Arc<Context>,
+    resource: ApiResource,
+    served: watch::Receiver<Arc<Served>>,
+}
+
+/// The controller of one registered kind, until shutdown (or aborted when the kind goes).
+async fn run_kind(kind: Arc<KindContext>, served: watch::Receiver<Arc<Served>>, shutdown: watch::Receiver<bool>) {
+    let api = Api::<DynamicObject>::all_with(kind.ctx.client.clone(), &kind.resource);
+    // Every new package re-reconciles every object.
+    let upgrades = futures::stream::unfold(served, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
+    let mut rx = shutdown;
+    let trigger = async move {
+        let _ = rx.wait_for(|down| *down).await;
+    };
+    Controller::new_with(api, watcher::Config::default(), kind.resource.clone())
+        .reconcile_all_on(upgrades)
+        .graceful_shutdown_on(trigger)
+        .run(reconcile_instance, instance_error_policy, kind)
+        .for_each(|result| async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
+                Err(controller::Error::ReconcilerFailed(e, obj)) => {
+                    tracing::warn!(object = %obj, error = %e, "reconcile failed");
+                }
+                Err(controller::Error::ObjectNotFound(obj)) => {
+                    tracing::debug!(object = %obj, "object gone before its reconcile");
+                }
+                Err(e) => tracing::warn!(error = %e, "controller error"),
+            }
+        })
+        .await;
+}
+
+fn instance_error_policy(obj: Arc<DynamicObject>, error: &Error, kind: Arc<KindContext>) -> Action {
+    wiring::error_policy(obj, error, Arc::clone(&kind.ctx))
+}
+
+async fn reconcile_instance(obj: Arc<DynamicObject>, kind: Arc<KindContext>) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::Unnamed)?;
+    let api = Api::<DynamicObject>::namespaced_with(kind.ctx.client.clone(), &ns, &kind.resource);
+    // A status the core cannot read (edited by hand) is started afresh.
+    let status: Option<WorkflowStatus> = obj
+        .data
+        .get("status")
+        .and_then(|s| serde_json::from_value(s.clone()).ok());
+    let served = Arc::clone(&kind.served.borrow());
+    let client = kind.ctx.client.clone();
+    let resource = kind.resource.clone();
+    let object = Arc::clone(&obj);
+    wiring::drive(
+        &*obj,
+        api,
+        &kind.resource,
+        status.as_ref(),
+        &kind.ctx,
+        |deleting| async move { instance_job(&object, &resource, &served, deleting, &client).await },
+    )
+    .await
+}
+
+/// The job an object of a registered kind asks for: its spec read by the kind's schema,
+/// Secrets read for the sensitive parameters (not when deleting: a cleanup reads no input).
+async fn instance_job(
+    obj: &DynamicObject,
+    resource: &ApiResource,
+    served: &Served,
+    deleting: bool,
+    client: &Client,
+) -> Option<Job> {
+    let ns = obj.metadata.namespace.clone()?;
+    let name = obj.metadata.name.clone()?;
+    let key = ObjectKey::of_kind(format!("{}.{}", resource.plural, resource.group), &ns, name);
+    let spec = obj.data.get("spec").cloned().unwrap_or_else(|| serde_json::json!({}));
+    let mut job = Job {
+        key,
+        uid: obj.metadata.uid.clone(),
+        generation: obj.metadata.generation,
+        workflow: Ok(WorkflowRef::Package(PackageRef(Arc::clone(&served.package)))),
+        data: None,
+        refresh_interval: None,
+        deletion_policy: Default::default(),
+        suspend: false,
+        requested_at: obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::crd::RECONCILE_REQUESTED_AT))
+            .cloned(),
+    };
+    let parsed = match InstanceSpec::parse(&served.main, &spec) {
+        Ok(p) => p,
+        Err(m) => {
+            job.workflow = Err(m);
+            return Some(job);
+        }
+    };
+    job.deletion_policy = parsed.deletion_policy;
+    job.suspend = parsed.suspend;
+    job.refresh_interval = parsed.refresh_interval.clone();
+    let mut parsed = parsed;
+    if !deleting {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        for r in parsed.secret_refs.clone() {
+            match read_secret(&secrets, &r.name, &r.key).await {
+                Ok(value) => parsed.insert_secret(&r, value),
+                Err(m) => {
+                    job.workflow = Err(format!("spec.{}.secretKeyRef: {m}", r.param));
+                    return Some(job);
+                }
+            }
+        }
+    }
+    if lyra_core::names::check_deployment_name(&job.key.deployment()).is_err() {
+        job.workflow = Err(format!("deployment name {:?} is not allowed", job.key.deployment()));
+    }
+    job.data = Some(parsed.data);
+    Some(job)
+}
+
+/// A Secret's value as text. Never put the value in an error.
+async fn read_secret(api: &Api<Secret>, name: &str, key: &str) -> Result<String, String> {
+    let secret = match api.get_opt(name).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err(format!("Secret {name} not found in the object's namespace")),
+        Err(e) => return Err(format!("reading Secret {name}: {e}")),
+    };
+    if let Some(v) = secret.data.as_ref().and_then(|d| d.get(key)) {
+        return String::from_utf8(v.0.clone()).map_err(|_| format!("Secret {name} key {key} is not UTF-8 text"));
+    }
+    if let Some(v) = secret.string_data.as_ref().and_then(|d| d.get(key)) {
+        return Ok(v.clone());
+    }
+    Err(format!("Secret {name} has no key {key}"))
+}
