@@ -62,6 +62,48 @@ pub enum Command {
     ///
     /// Install it with `lyra crd | kubectl apply -f -`; then run `lyra-controller`.
     Crd,
+    /// Register a package as a Kubernetes kind of its own (creates or updates a
+    /// WorkflowDefinition; lyra-controller generates the CRD and runs every object of it).
+    Register(RegisterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RegisterArgs {
+    /// The package: an OCI layout directory, a `.tar` of one, or `oci://HOST/REPO[:TAG][@DIGEST]`
+    /// (a tag is resolved to its digest now, once).
+    #[arg(value_name = "PKG|REF")]
+    pub package: String,
+    /// The kind. Default: the package's name in CamelCase (`web_app` → `WebApp`).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// The kind's plural. Default: the kind in lower case, plus `s`.
+    #[arg(long)]
+    pub plural: Option<String>,
+    /// The API group. Default: workflows.lyra.dev.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// The WorkflowDefinition's name. Default: the package's name.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Change nothing: print the schema diff and, for every existing object of the kind,
+    /// the plan the new version would run.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Upgrade even when the new schema breaks existing objects (a parameter removed, a
+    /// type changed, a required one added...); sets the lyra.dev/allow-breaking annotation.
+    #[arg(long)]
+    pub allow_breaking: bool,
+    /// The state `--dry-run` plans against (shared with lyra-controller).
+    #[arg(long, env = "LYRA_STATE", hide_env_values = true, value_name = "URL")]
+    pub state: Option<String>,
+    /// Where the Foobernetes provider keeps its imaginary cloud (for `--dry-run`).
+    #[arg(
+        long,
+        env = "LYRA_FOOBERNETES_FILE",
+        default_value = "deployment.json",
+        value_name = "FILE"
+    )]
+    pub foobernetes_file: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

@@ -7,6 +7,7 @@ mod load;
 mod locking;
 mod output;
 mod progress;
+mod register;
 mod signals;
 mod state_cmd;
 mod transfer;
@@ -129,6 +130,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             Output::Json => json(&lyra_k8s::crd::crd_json()),
             Output::Text => print(&lyra_k8s::crd_yaml()),
         },
+        Command::Register(a) => register::register(&a, out).await,
     }
 }
 

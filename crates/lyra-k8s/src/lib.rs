@@ -17,6 +17,7 @@ pub mod kind;
 pub mod metrics;
 pub mod reason;
 pub mod reconcile;
+pub mod register;
 pub mod registrar;
 pub mod retry;
 pub mod status;

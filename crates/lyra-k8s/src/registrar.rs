@@ -431,7 +431,7 @@ fn established(crd: &CustomResourceDefinition) -> bool {
 }
 
 /// How kube addresses objects of the CRD's kind.
-fn api_resource(crd: &CustomResourceDefinition) -> ApiResource {
+pub(crate) fn api_resource(crd: &CustomResourceDefinition) -> ApiResource {
     let version = crd.spec.versions.first().map_or("v1alpha1", |v| v.name.as_str());
     ApiResource {
         group: crd.spec.group.clone(),
@@ -752,7 +752,7 @@ async fn instance_job(
 }
 
 /// A Secret's value as text. Never put the value in an error.
-async fn read_secret(api: &Api<Secret>, name: &str, key: &str) -> Result<String, String> {
+pub(crate) async fn read_secret(api: &Api<Secret>, name: &str, key: &str) -> Result<String, String> {
     let secret = match api.get_opt(name).await {
         Ok(Some(s)) => s,
         Ok(None) => return Err(format!("Secret {name} not found in the object's namespace")),
