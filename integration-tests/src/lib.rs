@@ -20,6 +20,7 @@
 pub mod cluster;
 pub mod kubectl;
 pub mod postgres;
+pub mod registry;
 
 use std::fmt;
 use std::io::Read;
@@ -276,9 +277,16 @@ impl Lyra {
             "LYRA_FOOBERNETES_FILE",
             "LYRA_LEASE_TTL",
             "RUST_LOG",
+            "LYRA_REGISTRY_USERNAME",
+            "LYRA_REGISTRY_PASSWORD",
+            "LYRA_INSECURE_REGISTRIES",
+            "SOURCE_DATE_EPOCH",
         ] {
             cmd.env_remove(var);
         }
+        // Packages: a cache and a (missing) Docker config of the test's own, never the user's.
+        cmd.env("LYRA_CACHE_DIR", self.path(".cache"))
+            .env("DOCKER_CONFIG", self.path(".docker"));
         for (k, v) in &self.env {
             cmd.env(k, v);
         }

@@ -44,6 +44,7 @@ mod e2e {
     mod lifecycle;
     #[cfg(unix)]
     mod load_path;
+    mod packages;
     mod parallel;
     mod postgres;
     mod secrets;

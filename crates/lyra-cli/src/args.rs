@@ -58,6 +58,23 @@ pub enum Command {
     State(StateCommand),
     /// Show the runs of a deployment, newest first.
     History(HistoryArgs),
+    /// Package a workflow and everything it calls as an OCI artifact; print its digest.
+    ///
+    /// Writes an OCI image layout: a directory, or a `.tar` of one when --out ends in `.tar`
+    /// (default: NAME-VERSION.tar). The same inputs give the same digest: `created` is
+    /// SOURCE_DATE_EPOCH when set, else 1970-01-01T00:00:00Z. Invalid workflows are refused.
+    // `--version` is the package's: lyra's own version is `lyra --version`.
+    #[command(after_long_help = EXIT_CODES, disable_version_flag = true)]
+    Package(PackageArgs),
+    /// Push a package to a registry; print the reference pinned by digest.
+    #[command(after_long_help = EXIT_CODES)]
+    Push(PushArgs),
+    /// Pull a package from a registry into a layout (verified against its digest).
+    #[command(after_long_help = EXIT_CODES)]
+    Pull(PullArgs),
+    /// Show a package's name, version, digest, parameters, returns, resource types and files.
+    #[command(after_long_help = EXIT_CODES)]
+    Inspect(InspectArgs),
     /// Print Lyra's Kubernetes CustomResourceDefinitions: `Workflow` and `WorkflowDefinition` (YAML; JSON with -o json).
     ///
     /// Install it with `lyra crd | kubectl apply -f -`; then run `lyra-controller`.
@@ -164,11 +181,75 @@ pub enum GraphFormat {
 
 #[derive(Debug, Args)]
 pub struct WorkflowArgs {
-    /// A workflow name found on the load path (`a::b` is `a/b.yaml`), or a path to a file.
+    /// A workflow name found on the load path (`a::b` is `a/b.yaml`), a path to a file, or a
+    /// package: a layout directory, a `.tar` of one, or `oci://HOST[:PORT]/REPO[:TAG][@DIGEST]`.
     pub workflow: String,
     /// Directory holding workflows (the load path). Default: ./workflows.
     #[arg(long, env = "LYRA_WORKFLOWS", value_name = "DIR")]
     pub workflows: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+/// How registries are reached (credentials: LYRA_REGISTRY_USERNAME and
+/// LYRA_REGISTRY_PASSWORD, else the Docker config's `auths`).
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
+    /// Reach this registry (HOST[:PORT]) over plain HTTP; repeatable. Loopback registries
+    /// always are.
+    #[arg(
+        long = "insecure-registry",
+        env = "LYRA_INSECURE_REGISTRIES",
+        value_delimiter = ',',
+        value_name = "HOST",
+        hide_short_help = true
+    )]
+    pub insecure: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PackageArgs {
+    /// The main workflow: a name on the load path or a path to a file.
+    pub workflow: String,
+    /// Directory holding workflows (the load path). Default: ./workflows.
+    #[arg(long, env = "LYRA_WORKFLOWS", value_name = "DIR")]
+    pub workflows: Option<PathBuf>,
+    /// The package's version (SemVer). Default: 0.0.0.
+    #[arg(long, value_name = "SEMVER")]
+    pub version: Option<String>,
+    /// Where to write the layout: a directory, or a `.tar` file. Default: NAME-VERSION.tar.
+    /// (`-o` is the output format.)
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The package: a layout directory or a `.tar` of one.
+    pub package: String,
+    /// Where to: oci://HOST[:PORT]/REPO[:TAG]. The tag defaults to the package version.
+    pub target: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// The package: oci://HOST[:PORT]/REPO[:TAG][@DIGEST] (or a layout or `.tar`, to copy).
+    pub reference: String,
+    /// Where to write it: a directory, or a `.tar` file. Default: NAME-VERSION.tar.
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The package: a layout directory, a `.tar` of one, or an oci:// reference.
+    pub reference: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -285,11 +366,8 @@ pub struct DeleteArgs {
 
 #[derive(Debug, Args)]
 pub struct GraphArgs {
-    /// A workflow name found on the load path, or a path to a file.
-    pub workflow: String,
-    /// Directory holding workflows. Default: ./workflows.
-    #[arg(long, env = "LYRA_WORKFLOWS", value_name = "DIR")]
-    pub workflows: Option<PathBuf>,
+    #[command(flatten)]
+    pub workflow: WorkflowArgs,
     /// Graph language.
     #[arg(short, long, value_enum, default_value_t)]
     pub format: GraphFormat,

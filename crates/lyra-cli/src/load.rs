@@ -9,7 +9,82 @@ use lyra_core::value::{Map, set_dotted};
 use lyra_core::yaml::workflow_name;
 use lyra_host::{DataError, LoadPath, LookupError, ReadError};
 
+use lyra_package::{Package, Reference, RegistryOptions};
+
+use crate::args::{RegistryArgs, WorkflowArgs};
 use crate::exit::Exit;
+
+/// What a command runs: a workflow from files, or a package resolved (once) to its digest.
+pub enum Target {
+    Files(Located),
+    Package(Box<Package>),
+}
+
+impl Target {
+    /// The main workflow's name: a deployment's default name.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Files(loc) => &loc.name,
+            Target::Package(p) => &p.manifest.name,
+        }
+    }
+}
+
+/// Finds what a workflow argument names: a package (layout, `.tar`, `oci://`), read and
+/// verified, or a workflow on the load path or in a file.
+pub async fn locate_target(a: &WorkflowArgs) -> Result<Target, Exit> {
+    match Reference::detect(&a.workflow) {
+        Some(reference) => Ok(Target::Package(Box::new(resolve(&reference, &a.registry).await?))),
+        None => locate(&a.workflow, a.workflows.as_deref()).map(Target::Files),
+    }
+}
+
+/// How the CLI reaches registries: the environment's settings plus `--insecure-registry`.
+pub fn registry_options(a: &RegistryArgs) -> RegistryOptions {
+    let mut opts = RegistryOptions::from_env();
+    opts.insecure.extend(a.insecure.iter().cloned());
+    opts
+}
+
+/// The package `reference` names, pinned by digest.
+pub async fn resolve(reference: &Reference, a: &RegistryArgs) -> Result<Package, Exit> {
+    lyra_package::resolve(reference, &registry_options(a))
+        .await
+        .map_err(package_error)
+}
+
+/// A package error as the command's failure: a malformed reference is a usage error (exit
+/// 2); anything else (unreachable, refused, not a package) fails the command (exit 1).
+pub fn package_error(e: lyra_package::Error) -> Exit {
+    match e {
+        lyra_package::Error::BadReference { .. } => Exit::usage(e.to_string()),
+        lyra_package::Error::NotFound { .. } => Exit::new(Exit::FAILURE, crate::exit::kind::NOT_FOUND, e.to_string()),
+        e => Exit::failure(e.to_string()),
+    }
+}
+
+/// Reads, parses and validates a target's program. A package's calls resolve within it.
+pub fn parse_target(
+    target: &Target,
+    schemas: &SchemaRegistry,
+    sources: &mut Sources,
+) -> Result<Result<Program, Diagnostics>, Exit> {
+    match target {
+        Target::Files(loc) => parse_program(loc, schemas, sources),
+        Target::Package(p) => Ok(lyra_core::program::load(
+            &p.manifest.name,
+            p.main(),
+            &mut p.source(),
+            sources,
+            schemas,
+        )),
+    }
+}
+
+/// [`parse_target`], with invalid workflows as a failure exit.
+pub fn load_target(target: &Target, schemas: &SchemaRegistry, sources: &mut Sources) -> Result<Program, Exit> {
+    parse_target(target, schemas, sources)?.map_err(|d| Exit::invalid(&d, sources))
+}
 
 /// A workflow given on the command line: a name on the load path, or a file.
 pub struct Located {

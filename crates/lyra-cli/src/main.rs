@@ -6,6 +6,7 @@ mod exit;
 mod load;
 mod locking;
 mod output;
+mod package_cmd;
 mod progress;
 mod register;
 mod signals;
@@ -33,6 +34,9 @@ use crate::exit::{Exit, kind};
 const DEFAULT_STATE: &str = ".lyra/state.db";
 
 fn main() -> ExitCode {
+    // Registry clients (packages) and kube share rustls with the ring provider; without one
+    // installed, the first TLS connection panics.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e)),
@@ -111,11 +115,15 @@ fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
 async fn run(cli: Cli) -> Result<(), Exit> {
     let out = cli.output;
     match cli.command {
-        Command::Validate(a) => validate(&a, out),
+        Command::Validate(a) => validate(&a, out).await,
         Command::Plan(a) => plan_or_apply(&a, false, out).await,
         Command::Apply(a) => plan_or_apply(&a, true, out).await,
         Command::Delete(a) => delete(&a, out).await,
-        Command::Graph(a) => graph(&a, out),
+        Command::Graph(a) => graph(&a, out).await,
+        Command::Package(a) => package_cmd::package(&a, out),
+        Command::Push(a) => package_cmd::push(&a, out).await,
+        Command::Pull(a) => package_cmd::pull(&a, out).await,
+        Command::Inspect(a) => package_cmd::inspect(&a, out).await,
         Command::State(c) => match c {
             StateCommand::List(a) => state_cmd::list(&a, out).await,
             StateCommand::Show(a) => state_cmd::show(&a, out).await,
@@ -163,11 +171,11 @@ pub fn json(v: &impl serde::Serialize) -> Result<(), Exit> {
     print(&(s + "\n"))
 }
 
-fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
+async fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig::default());
-    let loc = load::locate(&a.workflow, a.workflows.as_deref())?;
+    let target = load::locate_target(a).await?;
     let mut sources = Sources::default();
-    let result = load::parse_program(&loc, providers.schemas(), &mut sources)?;
+    let result = load::parse_target(&target, providers.schemas(), &mut sources)?;
     if out == Output::Json {
         let diagnostics = match &result {
             Ok(_) => vec![],
@@ -175,7 +183,7 @@ fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
         };
         let valid = diagnostics.is_empty();
         json(&output::ValidationJson {
-            workflow: &loc.name,
+            workflow: target.name(),
             valid,
             diagnostics,
         })?;
@@ -186,7 +194,7 @@ fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
         };
     }
     result.map_err(|d| Exit::invalid(&d, &sources))?;
-    print(&format!("{}: valid\n", loc.name))
+    print(&format!("{}: valid\n", target.name()))
 }
 
 /// The state URL as given (or the default), fit for messages: without a password.
@@ -359,20 +367,26 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: a.exec.foobernetes_file.clone(),
     });
-    let loc = load::locate(&a.workflow.workflow, a.workflow.workflows.as_deref())?;
+    let target = load::locate_target(&a.workflow).await?;
     if a.name.is_none() {
         // A workflow file named anyhow names its deployment: the name rule holds for it too.
-        lyra_core::names::check_deployment_name(&loc.name).map_err(|why| {
+        lyra_core::names::check_deployment_name(target.name()).map_err(|why| {
             Exit::usage(format!(
                 "the workflow's name {:?} cannot name a deployment: {why}; give one with --name",
-                loc.name
+                target.name()
             ))
         })?;
     }
     let mut sources = Sources::default();
-    let program = load::load_program(&loc, providers.schemas(), &mut sources)?;
+    let mut program = load::load_target(&target, providers.schemas(), &mut sources)?;
+    if let load::Target::Package(p) = &target {
+        // The run records the main workflow's name as its workflow: for a package, pinned
+        // by digest (`web@sha256:…`), so the history says exactly what ran. Steps are named
+        // by the root step, not by this name, so nothing else changes.
+        Arc::make_mut(&mut program.main).name = p.pinned_name();
+    }
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
-    let deployment = a.name.clone().unwrap_or_else(|| loc.name.clone());
+    let deployment = a.name.clone().unwrap_or_else(|| target.name().to_owned());
     let cancel = Arc::new(AtomicBool::new(false));
     let progress = progress::Progress::new(a.exec.verbose);
     let observer: &dyn Observer = if apply { &progress } else { &Quiet };
@@ -463,11 +477,11 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
     finish_leased(result, kept, &a.deployment, &sources, out)
 }
 
-fn graph(a: &args::GraphArgs, out: Output) -> Result<(), Exit> {
+async fn graph(a: &args::GraphArgs, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig::default());
-    let loc = load::locate(&a.workflow, a.workflows.as_deref())?;
+    let target = load::locate_target(&a.workflow).await?;
     let mut sources = Sources::default();
-    let program = load::load_program(&loc, providers.schemas(), &mut sources)?;
+    let program = load::load_target(&target, providers.schemas(), &mut sources)?;
     let g = Graph::of(&program.main);
     if out == Output::Json {
         return json(&output::graph_json(&program.main.name, &g));

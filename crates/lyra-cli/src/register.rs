@@ -17,9 +17,6 @@ use crate::exit::{Exit, kind};
 use crate::{json, open_existing, output, print};
 
 pub async fn register(a: &RegisterArgs, out: Output) -> Result<(), Exit> {
-    // oci-client's reqwest needs a process-wide rustls provider; an error only says one is
-    // installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let reference = match Reference::parse(&a.package).map_err(|e| Exit::usage(e.to_string()))? {
         // The controller reads a local package from its own file system: name it absolutely.
         Reference::Layout(p) => Reference::Layout(absolute(&p)?),

@@ -20,7 +20,7 @@ pub use build::{BuildOptions, Layout, build};
 pub use error::Error;
 pub use manifest::{FileEntry, Manifest, Parameter, ReturnValue};
 pub use reference::{Reference, RegistryRef};
-pub use registry::{RegistryOptions, pull, push, resolve, resolve_digest};
+pub use registry::{RegistryOptions, fetch, pull, push, resolve, resolve_digest};
 
 /// The OCI manifest's `artifactType`.
 pub const ARTIFACT_TYPE: &str = "application/vnd.lyra.workflow.v1";
