@@ -47,6 +47,7 @@ mod e2e {
     mod packages;
     mod parallel;
     mod postgres;
+    mod registration;
     mod secrets;
     mod sharing;
     #[cfg(unix)]

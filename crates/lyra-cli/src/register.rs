@@ -42,6 +42,9 @@ pub async fn register(a: &RegisterArgs, out: Output) -> Result<(), Exit> {
         providers.schemas(),
     )
     .map_err(|d| Exit::invalid(&d, &sources))?;
+    let client = kube::Client::try_default().await.map_err(|e| {
+        Exit::failure(format!("connecting to Kubernetes: {e}")).hint("set KUBECONFIG (or run in a cluster)")
+    })?;
     let request = Request {
         name: a.name.clone(),
         kind: a.kind.clone(),
@@ -49,10 +52,10 @@ pub async fn register(a: &RegisterArgs, out: Output) -> Result<(), Exit> {
         group: a.group.clone(),
         allow_breaking: a.allow_breaking,
     };
+    let request = register::complete(&client, &package, request)
+        .await
+        .map_err(|e| Exit::failure(format!("reading the WorkflowDefinition: {e}")))?;
     let def = register::definition(&package, &pinned, &request);
-    let client = kube::Client::try_default().await.map_err(|e| {
-        Exit::failure(format!("connecting to Kubernetes: {e}")).hint("set KUBECONFIG (or run in a cluster)")
-    })?;
     let preview = register::preview(&client, &def, &package, &program.main)
         .await
         .map_err(|e| Exit::failure(e.to_string()))?;

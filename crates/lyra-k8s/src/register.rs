@@ -90,6 +90,26 @@ pub fn definition(package: &Package, pinned: &str, req: &Request) -> WorkflowDef
     }
 }
 
+/// `req` completed from the definition already registered under its name, if any: an upgrade
+/// keeps the kind's names unless they are given again.
+pub async fn complete(client: &Client, package: &Package, mut req: Request) -> Result<Request, kube::Error> {
+    let name = req
+        .name
+        .clone()
+        .unwrap_or_else(|| definition_name_of(&package.manifest.name));
+    let api: Api<WorkflowDefinition> = Api::all(client.clone());
+    if let Some(existing) = api.get_opt(&name).await? {
+        let spec = existing.spec;
+        if req.kind.is_none() {
+            req.kind = Some(spec.kind);
+            req.plural = req.plural.or(Some(spec.plural));
+        }
+        req.group = req.group.or(spec.group);
+    }
+    req.name = Some(name);
+    Ok(req)
+}
+
 /// Creates or updates the definition (server-side apply, as [`MANAGER`]).
 pub async fn apply(client: &Client, def: &WorkflowDefinition) -> Result<WorkflowDefinition, kube::Error> {
     let api: Api<WorkflowDefinition> = Api::all(client.clone());
