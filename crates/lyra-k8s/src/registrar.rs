@@ -313,7 +313,7 @@ impl Registrar {
         let (tx, rx) = watch::channel(Arc::new(served));
         let kind_ctx = Arc::new(KindContext {
             ctx: Arc::clone(&self.ctx),
-            resource: resource.clone(),
+            resource,
             served: rx.clone(),
         });
         let task = tokio::spawn(run_kind(kind_ctx, rx, self.shutdown.clone()));

@@ -267,7 +267,7 @@ fn upgrades_roll_out_compatible_changes_and_refuse_breaking_ones() {
     assert!(c.cloud().to_string().contains("web:2"));
 
     // Breaking: refused by the CLI with every change listed; nothing changes.
-    let (_v3, v3_ref) = publish(&c, &registry, WEBAPP_V3, "3.0.0");
+    let (v3, v3_ref) = publish(&c, &registry, WEBAPP_V3, "3.0.0");
     let refused = lyra_k(&c, &["register", &v3_ref]);
     refused.expect_code(1);
     assert!(refused.stderr.contains("region"), "{refused}");
@@ -276,9 +276,8 @@ fn upgrades_roll_out_compatible_changes_and_refuse_breaking_ones() {
     assert_eq!(get_json(&c, &["wfd", "webapp"])["status"]["digest"], v2.as_str());
 
     // Applied behind the CLI's back, the controller refuses it too, and keeps serving v2.
-    let wfd = get_json(&c, &["wfd", "webapp"]);
-    let v3_pinned = format!("{}@{}", v3_ref, _v3);
-    let mut patched = wfd.clone();
+    let v3_pinned = format!("{v3_ref}@{v3}");
+    let mut patched = get_json(&c, &["wfd", "webapp"]);
     patched["spec"]["package"] = Value::String(v3_pinned);
     patched["metadata"].as_object_mut().unwrap().remove("resourceVersion");
     patched["metadata"].as_object_mut().unwrap().remove("managedFields");
