@@ -111,6 +111,7 @@ mod errors;
 mod events;
 mod jsonpath;
 mod objects;
+mod openapi;
 mod protobuf;
 mod registry;
 mod schema;

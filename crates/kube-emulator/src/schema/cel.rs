@@ -217,6 +217,19 @@ mod tests {
     }
 
     #[test]
+    fn or_short_circuits() {
+        let r = Rules::compile(&json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.size <= 3 || self.color == 'red'"}],
+            "properties": {"size": {"type": "integer", "default": 1,
+                "x-kubernetes-validations": [{"rule": "self >"}]}, "color": {"type": "string"}}}}}))
+        .unwrap();
+        assert_eq!(
+            shown(&r.validate(&json!({"spec": {"size": 1}}), None)),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
     fn transition_rules_see_the_stored_object() {
         let r = rules();
         let old = json!({"spec": {"a": "x", "size": 5}});
