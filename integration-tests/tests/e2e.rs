@@ -29,6 +29,7 @@ mod e2e {
     mod deployment_names;
     mod docs;
     mod encoding;
+    mod explain;
     mod failures;
     #[cfg(unix)]
     mod fencing;

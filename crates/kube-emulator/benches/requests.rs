@@ -21,23 +21,35 @@ use serde_json::json;
 const OBJECTS: usize = 1000;
 const IN_FLIGHT: usize = 16;
 
-fn crd() -> CustomResourceDefinition {
+/// The Workflow CRD; `Ruled` (plural `ruleds`) is the same schema with CEL rules on the spec,
+/// on each step and a transition rule, to measure what CEL costs a create.
+fn crd(kind: &str, rules: bool) -> CustomResourceDefinition {
+    let plural = format!("{}s", kind.to_lowercase());
+    let mut spec = json!({"type": "object", "required": ["image"], "properties": {
+        "image": {"type": "string", "pattern": "^[a-z]+$"},
+        "replicas": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1},
+        "steps": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "run": {"type": "string"}}}}}});
+    if rules {
+        spec["x-kubernetes-validations"] = json!([
+            {"rule": "self.replicas <= 5 || self.image != 'nginx'", "message": "too many nginx"},
+            {"rule": "self.steps.all(s, s.name != s.run)", "message": "a step runs its own name"}]);
+        spec["properties"]["image"]["x-kubernetes-validations"] =
+            json!([{"rule": "self == oldSelf", "message": "image is immutable"}]);
+        spec["properties"]["steps"]["items"]["x-kubernetes-validations"] = json!([{"rule": "size(self.name) > 0"}]);
+    }
     serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "workflows.lyra.example.com"},
+        "metadata": {"name": format!("{plural}.lyra.example.com")},
         "spec": {
             "group": "lyra.example.com",
             "scope": "Namespaced",
-            "names": {"plural": "workflows", "kind": "Workflow"},
+            "names": {"plural": plural, "kind": kind},
             "versions": [{
                 "name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "required": ["image"], "properties": {
-                        "image": {"type": "string", "pattern": "^[a-z]+$"},
-                        "replicas": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1},
-                        "steps": {"type": "array", "items": {"type": "object", "properties": {
-                            "name": {"type": "string"}, "run": {"type": "string"}}}}}},
+                    "spec": spec,
                     "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}
             }]
         }
@@ -140,12 +152,17 @@ fn main() {
         let kubeconfig = Kubeconfig::read_from(emu.kubeconfig_path()).unwrap();
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
         let client = Client::try_from(config).unwrap();
-        Api::<CustomResourceDefinition>::all(client.clone()).create(&PostParams::default(), &crd()).await.unwrap();
+        let crds = Api::<CustomResourceDefinition>::all(client.clone());
+        crds.create(&PostParams::default(), &crd("Workflow", false)).await.unwrap();
+        crds.create(&PostParams::default(), &crd("Ruled", true)).await.unwrap();
         let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("lyra.example.com", "v1", "Workflow"), "workflows");
+        let ruled = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("lyra.example.com", "v1", "Ruled"), "ruleds");
 
         println!("kube-emulator benchmark: {OBJECTS} Workflow custom objects (schema-validated), kube-rs client over loopback HTTP");
         let seq = sequential_creates(&Api::namespaced_with(client.clone(), "default", &ar), &ar, "seq").await;
         println!("  sequential creates:          {seq:>8.0} creates/s");
+        let cel = sequential_creates(&Api::namespaced_with(client.clone(), "default", &ruled), &ruled, "cel").await;
+        println!("  sequential creates, 4 CEL rules: {cel:>4.0} creates/s");
         let ns: k8s_openapi::api::core::v1::Namespace =
             serde_json::from_value(json!({"metadata": {"name": "conc"}})).unwrap();
         Api::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();

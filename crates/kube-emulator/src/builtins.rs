@@ -25,6 +25,8 @@ fn builtin(
         versions: vec![Version {
             name: version.into(),
             schema: None,
+            openapi: None,
+            rules: None,
             columns,
         }],
         status_subresource: false,

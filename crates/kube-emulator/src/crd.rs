@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::errors::FieldError;
 use crate::registry::{ResourceType, Special, Storage, Version, version_priority};
 use crate::schema::Schema;
+use crate::schema::cel::Rules;
 use crate::table::Column;
 
 /// Fills the defaults the apiserver fills (singular, listKind, conversion strategy).
@@ -96,7 +97,8 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, Vec<FieldError>> {
             errs.push(FieldError::required(format!("{at}.name"), ""));
             continue;
         };
-        let schema = match v.pointer("/schema/openAPIV3Schema") {
+        let source = v.pointer("/schema/openAPIV3Schema");
+        let schema = match source {
             None => {
                 errs.push(FieldError::required(
                     format!("{at}.schema.openAPIV3Schema"),
@@ -138,6 +140,8 @@ pub fn resource_type(crd: &Value) -> Result<ResourceType, Vec<FieldError>> {
             served.push(Version {
                 name: name.to_string(),
                 schema,
+                openapi: source.map(|s| Arc::new(s.clone())),
+                rules: source.and_then(Rules::compile).map(Arc::new),
                 columns,
             });
         }

@@ -1,7 +1,5 @@
-//! Discovery and OpenAPI documents: `/api`, `/apis`, group and group-version documents with
-//! every served kind, `/version`, and the tiny `/openapi/v3` documents that make kubectl
-//! trust server-side validation (it then skips client-side validation, which would need the
-//! full OpenAPI schemas).
+//! Discovery documents: `/api`, `/apis`, group and group-version documents with every served
+//! kind, `/version`, health; and the routes of the `/openapi/v3` documents (`openapi`).
 
 use std::sync::Arc;
 
@@ -23,19 +21,9 @@ pub fn document(reg: &Registry, segments: &[&str]) -> Option<Result<Value, ApiEr
         ["api", "v1"] => found(reg.api_resource_list("", "v1")),
         ["apis", g] => found(reg.api_group(g)),
         ["apis", g, v] => found(reg.api_resource_list(g, v)),
-        ["openapi", "v3"] => {
-            let paths: serde_json::Map<String, Value> = reg
-                .openapi_paths()
-                .into_iter()
-                .map(|p| {
-                    let url = format!("/openapi/v3/{p}?hash=0");
-                    (p, json!({ "serverRelativeURL": url }))
-                })
-                .collect();
-            Some(Ok(json!({ "paths": paths })))
-        }
-        ["openapi", "v3", "api", "v1"] => found(reg.openapi_doc("", "v1")),
-        ["openapi", "v3", "apis", g, v] => found(reg.openapi_doc(g, v)),
+        ["openapi", "v3"] => Some(Ok(crate::openapi::root(reg))),
+        ["openapi", "v3", "api", "v1"] => found(crate::openapi::document(reg, "", "v1")),
+        ["openapi", "v3", "apis", g, v] => found(crate::openapi::document(reg, g, v)),
         _ => None,
     }
 }
@@ -124,52 +112,6 @@ impl Registry {
             format!("{group}/{version}")
         };
         Some(json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources }))
-    }
-
-    /// Every served group-version as an OpenAPI v3 path (`api/v1`, `apis/<g>/<v>`).
-    pub fn openapi_paths(&self) -> Vec<String> {
-        let mut paths = vec!["api/v1".to_string()];
-        for (g, vs) in self.groups() {
-            paths.extend(vs.iter().map(|v| format!("apis/{g}/{v}")));
-        }
-        paths
-    }
-
-    /// The tiny OpenAPI v3 document of one group-version: just enough for kubectl to see that
-    /// the server validates (`fieldValidation`), so it skips client-side validation.
-    pub fn openapi_doc(&self, group: &str, version: &str) -> Option<Value> {
-        let mut paths = serde_json::Map::new();
-        for t in self
-            .types()
-            .filter(|t| t.group == group && t.version(version).is_some())
-        {
-            let base = if group.is_empty() {
-                "/api/v1".to_string()
-            } else {
-                format!("/apis/{group}/{version}")
-            };
-            let path = if t.namespaced {
-                format!("{base}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
-            } else {
-                format!("{base}/{}/{{name}}", t.plural)
-            };
-            paths.insert(
-                path,
-                json!({ "patch": {
-                    "x-kubernetes-group-version-kind": { "group": group, "version": version, "kind": t.kind },
-                    "parameters": [{ "name": "fieldValidation", "in": "query", "schema": { "type": "string" } }],
-                    "responses": { "200": { "description": "OK" } },
-                }}),
-            );
-        }
-        if paths.is_empty() {
-            return None;
-        }
-        Some(json!({
-            "openapi": "3.0.0",
-            "info": { "title": "Kubernetes (lyra kube-emulator)", "version": "v1.32.0" },
-            "paths": paths,
-        }))
     }
 }
 

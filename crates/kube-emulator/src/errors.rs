@@ -226,6 +226,8 @@ pub enum FieldErrorKind {
     NotSupported(Vec<Value>),
     TooLong(u64),
     TooMany(u64),
+    /// A CEL rule with `reason: FieldValueForbidden`.
+    Forbidden,
 }
 
 impl FieldErrorKind {
@@ -236,6 +238,7 @@ impl FieldErrorKind {
             FieldErrorKind::NotSupported(_) => "FieldValueNotSupported",
             FieldErrorKind::TooLong(_) => "FieldValueTooLong",
             FieldErrorKind::TooMany(_) => "FieldValueTooMany",
+            FieldErrorKind::Forbidden => "FieldValueForbidden",
         }
     }
 }
@@ -294,6 +297,7 @@ impl FieldError {
             }
             FieldErrorKind::TooLong(max) => format!("Too long: may not be more than {max} bytes"),
             FieldErrorKind::TooMany(max) => format!("Too many: {}: must have at most {max} items", self.value),
+            FieldErrorKind::Forbidden => "Forbidden".to_string(),
         };
         if !self.detail.is_empty() && !matches!(self.kind, FieldErrorKind::NotSupported(_)) {
             s.push_str(": ");

@@ -32,8 +32,13 @@
 //! dropped. The crate depends on no lyra crate: it emulates Kubernetes, whatever runs on it.
 //!
 //! # What it does
-//! - Discovery (`/api`, `/apis`, group and group-version documents, `/version`) and the tiny
-//!   `/openapi/v3` documents that make kubectl trust server-side validation.
+//! - Discovery (`/api`, `/apis`, group and group-version documents, `/version`) and
+//!   `/openapi/v3` documents: each CRD's schema as the apiserver publishes it (a component
+//!   schema with `apiVersion`, `kind`, a `metadata` reference to `ObjectMeta` and its
+//!   `x-kubernetes-group-version-kind`, which the paths' operations name), so `kubectl explain
+//!   <kind>[.field...]` prints fields, types and descriptions, and kubectl leaves validation to
+//!   the server (`fieldValidation`). The root lists each document with a hash of it, so
+//!   kubectl's cache refreshes when a CRD is created, updated or deleted.
 //! - Built-in `v1` Namespaces (with termination), ConfigMaps, Secrets (`stringData`),
 //!   ServiceAccounts (a `default` one per namespace), Events, `coordination.k8s.io/v1` Leases,
 //!   and `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
@@ -52,7 +57,17 @@
 //!   Strict` turns unknown fields into 400, `Warn` into `Warning` headers), defaults, and
 //!   validation with field paths in `422 Invalid` errors: `type` (with `nullable` and
 //!   `x-kubernetes-int-or-string`), `required`, `enum`, bounds, `pattern`, lengths, item and
-//!   property counts, `allOf`/`anyOf`/`oneOf`/`not`.
+//!   property counts, `allOf`/`anyOf`/`oneOf`/`not`; on create, update, patch, apply and status
+//!   writes (the whole object: `status` against its schema too).
+//! - CEL rules (`x-kubernetes-validations`, evaluated by `kube-cel`, the engine of kube's `cel`
+//!   feature), after the schema checks pass: `self`, `oldSelf` on updates (transition rules,
+//!   skipped on create unless `optionalOldSelf`), `message`, `messageExpression`, `reason`
+//!   and `fieldPath`, reported as the apiserver does
+//!   (`spec: Invalid value: "object": <message>`; a runtime error such as a missing key fails
+//!   the write too). A rule that does not compile is not enforced: the CRD write returns a
+//!   `Warning` naming it (a real apiserver refuses such a CRD), and a rule using what the `cel`
+//!   crate lacks (`cel.bind`, `sortBy`, two-variable comprehensions) is skipped with a log line
+//!   (`tracing`), so the emulator may accept what a real server refuses, never the reverse.
 //! - Background ownerReference garbage collection when an owner is deleted.
 //! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
 //!   `RequestEntityTooLarge`, once the body is read: up to 48 MiB, beyond that at once),
@@ -69,8 +84,12 @@
 //!
 //! # What it does not do
 //! - No authentication, authorization (RBAC), TLS, admission webhooks, ValidatingAdmission
-//!   policies, CEL rules (`x-kubernetes-validations`), or schema validation of built-in kinds;
-//!   CRD schemas ignore `format`, `uniqueItems` and list-type uniqueness.
+//!   policies, or schema validation of built-in kinds; CRD schemas ignore `format`,
+//!   `uniqueItems` and list-type uniqueness. No validation ratcheting: an update is checked
+//!   whole, even fields it leaves unchanged. CEL's cost budget is not enforced, and the root
+//!   variables `apiVersion`/`kind` of root rules are not bound.
+//! - Built-in kinds publish only `apiVersion`, `kind` and `metadata` in `/openapi/v3`: `kubectl
+//!   explain configmap.data` finds no field.
 //! - No conversion: versions of a CRD differ only in `apiVersion` (`conversion: None`); the
 //!   status subresource is on for all versions if any version declares it.
 //! - Server-side apply is create-or-merge: no `managedFields`, no field ownership or conflicts,
@@ -90,15 +109,15 @@
 //!   server on a thread of its own.
 //! - `api`: HTTP in and out: paths, query parameters and content types parsed, writes handed to
 //!   `objects`, reads in `api::read`, answers as objects, lists, Tables or `Status` errors
-//!   (`errors`, worded as the apiserver words them). `discovery` serves the discovery, OpenAPI
-//!   and health documents, `watch` the watch streams, `protobuf` reads the few protobuf bodies
+//!   (`errors`, worded as the apiserver words them). `discovery` serves the discovery and
+//!   health documents, `openapi` the OpenAPI ones, `watch` the watch streams, `protobuf` reads the few protobuf bodies
 //!   kubectl sends.
 //! - `objects`: what a write means, independent of HTTP, one concern a module (create, update,
 //!   patch, the status subresource, delete, cascades, admission, size limits). `store`: the
 //!   objects, the global resourceVersion and the event log watches replay.
 //! - `registry`: the served kinds and their versions; `builtins`: a fresh cluster's kinds;
 //!   `crd`: what a CRD makes of its kind; `schema`: CRD schemas (compiled, then prune,
-//!   defaults, validate); `events`: the `events.k8s.io` view of core Events.
+//!   defaults, validate, and `schema::cel` for the rules); `events`: the `events.k8s.io` view of core Events.
 //! - `selectors`, `table`, `jsonpath`: label and field selectors, Tables from printer columns,
 //!   the JSONPath subset those columns use.
 
@@ -111,6 +130,7 @@ mod errors;
 mod events;
 mod jsonpath;
 mod objects;
+mod openapi;
 mod protobuf;
 mod registry;
 mod schema;

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::errors::{ApiError, FieldError};
 use crate::schema::Schema;
+use crate::schema::cel::Rules;
 use crate::table::Column;
 
 /// What a kind needs beyond plain storage.
@@ -36,6 +37,10 @@ pub enum Storage {
 pub struct Version {
     pub name: String,
     pub schema: Option<Arc<Schema>>,
+    /// The CRD's `openAPIV3Schema` as written: published in `/openapi/v3` for `kubectl explain`.
+    pub openapi: Option<Arc<Value>>,
+    /// Its CEL rules, when it has any.
+    pub rules: Option<Arc<Rules>>,
     pub columns: Vec<Column>,
 }
 

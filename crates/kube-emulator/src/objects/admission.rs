@@ -1,5 +1,6 @@
 //! What every write does to the new object before it is stored: kind-specific defaults,
-//! pruning, defaulting and validation against the version's schema, name and annotation rules.
+//! pruning, defaulting and validation against the version's schema and its CEL rules, name and
+//! annotation rules.
 
 use std::sync::LazyLock;
 
@@ -74,8 +75,16 @@ pub(super) fn admit(
         }
         Special::Crd => {
             crd::apply_defaults(obj);
-            if let Err(e) = crd::resource_type(obj) {
-                errs.extend(e);
+            match crd::resource_type(obj) {
+                Ok(t) => {
+                    for v in &t.versions {
+                        for w in v.rules.iter().flat_map(|r| r.warnings()) {
+                            tracing::warn!(crd = %name, version = %v.name, "{w}");
+                            warnings.push(format!("version {}: {w}", v.name));
+                        }
+                    }
+                }
+                Err(e) => errs.extend(e),
             }
             obj["status"] = crd::status(obj, old, &now_rfc3339());
         }
@@ -96,12 +105,19 @@ pub(super) fn admit(
                         kind = rt.kind,
                     )));
                 }
-                FieldValidation::Warn => warnings = described,
+                FieldValidation::Warn => warnings.extend(described),
                 FieldValidation::Ignore => {}
             }
         }
         schema.apply_defaults(obj);
-        errs.extend(schema.validate(obj));
+        let schema_errs = schema.validate(obj);
+        // As the apiserver, CEL runs on objects of the right shape only: its rules assume it.
+        if schema_errs.is_empty()
+            && let Some(rules) = rt.version(version).and_then(|v| v.rules.as_ref())
+        {
+            errs.extend(rules.validate(obj, old));
+        }
+        errs.extend(schema_errs);
     }
     if let Some(e) = validate_annotations(obj) {
         errs.insert(0, e);

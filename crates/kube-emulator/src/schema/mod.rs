@@ -5,9 +5,10 @@
 //! Validation covers `type` (with `nullable` and `x-kubernetes-int-or-string`), `required`,
 //! `enum`, `minimum`/`maximum` (and the exclusive flags), `pattern`, `minLength`/`maxLength`,
 //! `minItems`/`maxItems`, `minProperties`/`maxProperties`, `allOf`/`anyOf`/`oneOf`/`not`.
-//! Not covered: `format`, `uniqueItems`, `x-kubernetes-list-type` uniqueness, CEL
-//! (`x-kubernetes-validations`).
+//! CEL rules (`x-kubernetes-validations`) are compiled and evaluated by `cel`, after those
+//! checks pass. Not covered: `format`, `uniqueItems`, `x-kubernetes-list-type` uniqueness.
 
+pub mod cel;
 mod defaults;
 mod prune;
 mod validate;
