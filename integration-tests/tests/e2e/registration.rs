@@ -198,6 +198,27 @@ fn a_registered_package_is_a_kind_whose_objects_are_applied() {
         "How many CPUs the server gets."
     );
     assert_eq!(spec["properties"]["region"]["enum"], serde_json::json!(["eu1", "eu2"]));
+    // kubectl explains it, parameters and their docs included.
+    let explained = c.kubectl.ok(&["explain", "webapps.spec"]);
+    for wanted in [
+        "KIND:       WebApp",
+        "replicas\t<integer>",
+        "How many CPUs the server gets.",
+        "region\t<string> -required-",
+        "Where the server runs.",
+        "password\t<Object> -required-",
+    ] {
+        assert!(explained.contains(wanted), "explain lacks {wanted:?}:\n{explained}");
+    }
+    // A wrongly typed spec is refused at admission, by field path.
+    let wrong = site(2)
+        .replace("replicas: 2", "replicas: many")
+        .replace("name: site", "name: bad");
+    let refused = c.kubectl.fails_stdin(&["apply", "-f", "-"], &wrong);
+    assert!(refused.contains("spec.replicas"), "{refused}");
+    let out_of_range = site(9).replace("name: site", "name: bad");
+    let refused = c.kubectl.fails_stdin(&["apply", "-f", "-"], &out_of_range);
+    assert!(refused.contains("spec.replicas"), "{refused}");
 
     // Its resources exist, its status records the digest it runs, and the deployment is in
     // the shared state under the kind's name.
