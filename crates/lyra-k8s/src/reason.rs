@@ -58,6 +58,8 @@ pub enum Reason {
     InvalidPackage,
     /// The registry cannot be reached or refused (retried).
     PackageUnavailable,
+    /// An object's input cannot be read yet: a Secret its spec names is missing (retried).
+    InputUnavailable,
 }
 
 impl Reason {
@@ -93,6 +95,7 @@ impl Reason {
             Reason::BreakingChange => "BreakingChange",
             Reason::InvalidPackage => "InvalidPackage",
             Reason::PackageUnavailable => "PackageUnavailable",
+            Reason::InputUnavailable => "InputUnavailable",
         }
     }
 
@@ -116,7 +119,8 @@ impl Reason {
             | Reason::ApplyFailed
             | Reason::DeleteFailed
             | Reason::StepFailed
-            | Reason::PackageUnavailable => Some(ErrorClass::Retryable),
+            | Reason::PackageUnavailable
+            | Reason::InputUnavailable => Some(ErrorClass::Retryable),
             Reason::Progressing
             | Reason::Applying
             | Reason::Applied

@@ -117,6 +117,9 @@ pub struct Job {
     pub suspend: bool,
     /// The `lyra.dev/reconcile-requested-at` annotation.
     pub requested_at: Option<String>,
+    /// Input that cannot be read yet (a Secret that is not there): unlike a bad spec, it is
+    /// retried with backoff, since creating the Secret fixes it without touching the object.
+    pub unavailable: Option<String>,
 }
 
 impl Job {
@@ -166,6 +169,7 @@ impl Job {
                 .as_ref()
                 .and_then(|a| a.get(crate::crd::RECONCILE_REQUESTED_AT))
                 .cloned(),
+            unavailable: None,
             key,
         })
     }
@@ -465,6 +469,17 @@ impl Runtime {
             return Ok(Next::Requeue(Duration::from_secs(1)));
         }
 
+        if let Some(m) = &job.unavailable {
+            return self
+                .fail(
+                    job,
+                    t,
+                    Failure::new(Reason::InputUnavailable, m.clone()),
+                    Phase::Failed,
+                    false,
+                )
+                .await;
+        }
         // Load and validate before touching anything: bad input is terminal.
         let mut sources = Sources::default();
         let mut origin = Origin::of(job);

@@ -66,6 +66,8 @@ pub struct Registrar {
     registry: RegistryOptions,
     kinds: Mutex<HashMap<String, KindHandle>>,
     packages: Mutex<HashMap<String, Arc<Package>>>,
+    /// Where objects of registered kinds are watched (empty: everywhere), as for `Workflow`s.
+    namespaces: Vec<String>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -84,12 +86,19 @@ enum Refusal {
 }
 
 impl Registrar {
-    pub fn new(ctx: Arc<Context>, registry: RegistryOptions, shutdown: watch::Receiver<bool>) -> Registrar {
+    /// `namespaces`: where objects of registered kinds are watched (empty: everywhere).
+    pub fn new(
+        ctx: Arc<Context>,
+        registry: RegistryOptions,
+        namespaces: Vec<String>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Registrar {
         Registrar {
             ctx,
             registry,
             kinds: Mutex::new(HashMap::new()),
             packages: Mutex::new(HashMap::new()),
+            namespaces,
             shutdown,
         }
     }
@@ -316,7 +325,7 @@ impl Registrar {
             resource,
             served: rx.clone(),
         });
-        let task = tokio::spawn(run_kind(kind_ctx, rx, self.shutdown.clone()));
+        let task = tokio::spawn(run_kind(kind_ctx, rx, self.namespaces.clone(), self.shutdown.clone()));
         kinds.insert(
             crd_name.to_owned(),
             KindHandle {
@@ -634,35 +643,51 @@ struct KindContext {
     served: watch::Receiver<Arc<Served>>,
 }
 
-/// The controller of one registered kind, until shutdown (or aborted when the kind goes).
-async fn run_kind(kind: Arc<KindContext>, served: watch::Receiver<Arc<Served>>, shutdown: watch::Receiver<bool>) {
-    let api = Api::<DynamicObject>::all_with(kind.ctx.client.clone(), &kind.resource);
-    // Every new package re-reconciles every object.
-    let upgrades = futures::stream::unfold(served, |mut rx| async move {
-        rx.changed().await.ok()?;
-        Some(((), rx))
-    });
-    let mut rx = shutdown;
-    let trigger = async move {
-        let _ = rx.wait_for(|down| *down).await;
+/// The controllers of one registered kind (one per watched namespace, or one for all), until
+/// shutdown (or aborted when the kind goes).
+async fn run_kind(
+    kind: Arc<KindContext>,
+    served: watch::Receiver<Arc<Served>>,
+    namespaces: Vec<String>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let client = kind.ctx.client.clone();
+    let apis: Vec<Api<DynamicObject>> = if namespaces.is_empty() {
+        vec![Api::all_with(client, &kind.resource)]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| Api::namespaced_with(client.clone(), ns, &kind.resource))
+            .collect()
     };
-    Controller::new_with(api, watcher::Config::default(), kind.resource.clone())
-        .reconcile_all_on(upgrades)
-        .graceful_shutdown_on(trigger)
-        .run(reconcile_instance, instance_error_policy, kind)
-        .for_each(|result| async move {
-            match result {
-                Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
-                Err(controller::Error::ReconcilerFailed(e, obj)) => {
-                    tracing::warn!(object = %obj, error = %e, "reconcile failed");
+    let controllers = apis.into_iter().map(|api| {
+        // Every new package re-reconciles every object.
+        let upgrades = futures::stream::unfold(served.clone(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        });
+        let mut rx = shutdown.clone();
+        let trigger = async move {
+            let _ = rx.wait_for(|down| *down).await;
+        };
+        Controller::new_with(api, watcher::Config::default(), kind.resource.clone())
+            .reconcile_all_on(upgrades)
+            .graceful_shutdown_on(trigger)
+            .run(reconcile_instance, instance_error_policy, Arc::clone(&kind))
+            .for_each(|result| async move {
+                match result {
+                    Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
+                    Err(controller::Error::ReconcilerFailed(e, obj)) => {
+                        tracing::warn!(object = %obj, error = %e, "reconcile failed");
+                    }
+                    Err(controller::Error::ObjectNotFound(obj)) => {
+                        tracing::debug!(object = %obj, "object gone before its reconcile");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "controller error"),
                 }
-                Err(controller::Error::ObjectNotFound(obj)) => {
-                    tracing::debug!(object = %obj, "object gone before its reconcile");
-                }
-                Err(e) => tracing::warn!(error = %e, "controller error"),
-            }
-        })
-        .await;
+            })
+    });
+    futures::future::join_all(controllers).await;
 }
 
 fn instance_error_policy(obj: Arc<DynamicObject>, error: &Error, kind: Arc<KindContext>) -> Action {
@@ -720,6 +745,7 @@ async fn instance_job(
             .as_ref()
             .and_then(|a| a.get(crate::crd::RECONCILE_REQUESTED_AT))
             .cloned(),
+        unavailable: None,
     };
     let parsed = match InstanceSpec::parse(&served.main, &spec) {
         Ok(p) => p,
@@ -738,7 +764,7 @@ async fn instance_job(
             match read_secret(&secrets, &r.name, &r.key).await {
                 Ok(value) => parsed.insert_secret(&r, value),
                 Err(m) => {
-                    job.workflow = Err(format!("spec.{}.secretKeyRef: {m}", r.param));
+                    job.unavailable = Some(format!("spec.{}.secretKeyRef: {m}", r.param));
                     return Some(job);
                 }
             }

@@ -378,3 +378,55 @@ fn a_second_definition_cannot_take_a_registered_kind() {
     let crd = get_json(&c, &["crd", CRD]);
     assert_eq!(crd["metadata"]["annotations"]["lyra.dev/definition"], "webapp");
 }
+
+#[test]
+fn a_missing_secret_is_waited_for_and_a_package_that_cannot_be_a_kind_is_stalled() {
+    let c = cluster_or_skip!();
+    let registry = registry_or_skip!();
+    let _controller = start(&c);
+    let (_, tag_ref) = publish(&c, &registry, WEBAPP_V1, "1.0.0");
+    lyra_k(&c, &["register", &tag_ref, "--kind", "WebApp"]).expect_ok();
+    wait_json(&c, &["wfd", "webapp"], "the definition Ready", ready);
+
+    // The Secret is not there yet: retried (not stalled), the status naming it.
+    c.apply(&site(2));
+    let waiting = wait_json(&c, &["webapp", "site"], "the object waiting for its Secret", |o| {
+        o["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Secret db not found"))
+    });
+    assert!(!ready(&waiting));
+    c.apply(&secret());
+    wait_json(
+        &c,
+        &["webapp", "site"],
+        "the object Ready once the Secret exists",
+        ready,
+    );
+
+    // A parameter named like Lyra's settings key cannot be a field of the kind: Stalled,
+    // saying why; nothing is generated.
+    let (_, reserved_ref) = publish(
+        &c,
+        &registry,
+        "parameters:\n  lyra: {type: String}\nsteps: {}\n",
+        "9.0.0",
+    );
+    lyra_k(
+        &c,
+        &["register", &reserved_ref, "--kind", "Reserved", "--name", "reserved"],
+    )
+    .expect_code(1);
+    c.apply(&format!(
+        "apiVersion: lyra.dev/v1alpha1\nkind: WorkflowDefinition\nmetadata:\n  name: reserved\n\
+         spec:\n  package: {reserved_ref}\n  kind: Reserved\n  plural: reserveds\n"
+    ));
+    let stalled = wait_json(&c, &["wfd", "reserved"], "the definition Stalled", |d| {
+        d["status"]["conditions"].to_string().contains("Lyra's own settings")
+    });
+    assert!(
+        stalled["status"]["conditions"].to_string().contains("InvalidPackage"),
+        "{stalled:#}"
+    );
+    assert!(!c.kubectl.run(&["get", "crd", "reserveds.workflows.lyra.dev"]).success);
+}

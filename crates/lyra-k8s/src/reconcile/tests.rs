@@ -124,6 +124,7 @@ fn job(name: &str, workflow: &str, generation: i64, data: Value) -> Job {
         deletion_policy: DeletionPolicy::Delete,
         suspend: false,
         requested_at: None,
+        unavailable: None,
     }
 }
 
