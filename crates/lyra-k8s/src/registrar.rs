@@ -77,6 +77,15 @@ impl std::fmt::Debug for Registrar {
     }
 }
 
+/// How far a registration got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registered {
+    /// The CRD is applied, not established yet: look again soon.
+    Establishing,
+    /// The kind is served.
+    Served,
+}
+
 /// Why a registration is not (yet) served.
 enum Refusal {
     /// Terminal until the definition (or the cluster) changes.
@@ -161,7 +170,7 @@ impl Registrar {
         &self,
         def: &WorkflowDefinition,
         status: &mut WorkflowDefinitionStatus,
-    ) -> Result<Action, Refusal> {
+    ) -> Result<Registered, Refusal> {
         let name = def.name_any();
         let spec = &def.spec;
         // A tag is resolved once: later reconciles of the same generation use the pin.
@@ -203,7 +212,6 @@ impl Registrar {
 
         let crds: Api<CustomResourceDefinition> = Api::all(self.client());
         let existing = crds.get_opt(&crd_name).await.map_err(api_refusal)?;
-        let mut changes = Vec::new();
         if let Some(existing) = &existing {
             let owner = existing.annotations().get(OWNER_ANNOTATION);
             match owner {
@@ -226,9 +234,11 @@ impl Registrar {
                     ));
                 }
             }
-            let old_digest = existing.annotations().get(PACKAGE_ANNOTATION).cloned();
-            if old_digest.as_deref() != Some(pinned.as_str()) {
-                changes = kind::schema_changes(&spec_schema(existing), &spec_schema(&crd));
+            // The same digest under another tag is no change.
+            let old_digest = existing.annotations().get(kind::DIGEST_ANNOTATION).cloned();
+            let old_pinned = existing.annotations().get(PACKAGE_ANNOTATION).cloned();
+            if old_digest.as_deref() != Some(package.digest.as_str()) {
+                let changes = kind::schema_changes(&spec_schema(existing), &spec_schema(&crd));
                 let breaking: Vec<String> = changes
                     .iter()
                     .filter(|c| c.breaking)
@@ -237,7 +247,7 @@ impl Registrar {
                 if !breaking.is_empty() && !allows_breaking(def) {
                     status.breaking_changes = breaking.clone();
                     // The kind keeps being served from the package its CRD was made from.
-                    if let Some(old) = old_digest {
+                    if let Some(old) = old_pinned {
                         self.serve_from_crd(&name, existing, &old).await;
                     }
                     return Err(Refusal::Stalled(
@@ -272,7 +282,7 @@ impl Registrar {
             status.message = Some(format!(
                 "waiting for CustomResourceDefinition {crd_name} to be established"
             ));
-            return Ok(Action::requeue(Duration::from_secs(1)));
+            return Ok(Registered::Establishing);
         }
         let resource = api_resource(&applied);
         self.serve(&name, &crd_name, resource.clone(), Served { package, main });
@@ -282,8 +292,7 @@ impl Registrar {
             .map_err(api_refusal)?;
         status.instances = Some(i32::try_from(instances.items.len()).unwrap_or(i32::MAX));
         status.message = Some(format!("serving kind {} ({crd_name}) from {pinned}", spec.kind));
-        let _ = changes;
-        Ok(Action::requeue(RECHECK))
+        Ok(Registered::Served)
     }
 
     /// Serves the kind from the package its CRD names (after a restart, while an upgrade is
@@ -530,8 +539,13 @@ async fn reconcile_definition(def: Arc<WorkflowDefinition>, reg: Arc<Registrar>)
         return Ok(action);
     }
     let action = match reg.register(&def, &mut status).await {
-        Ok(action) => {
-            let served = status.message.as_deref().is_some_and(|m| m.starts_with("serving"));
+        Ok(registered) => {
+            let served = registered == Registered::Served;
+            let action = if served {
+                Action::requeue(RECHECK)
+            } else {
+                Action::requeue(Duration::from_secs(1))
+            };
             let message = status.message.clone().unwrap_or_default();
             set_condition(
                 &mut status.conditions,

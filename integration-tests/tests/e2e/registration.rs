@@ -286,6 +286,10 @@ fn upgrades_roll_out_compatible_changes_and_refuse_breaking_ones() {
         o["status"]["digest"] == v2.as_str() && ready(o)
     });
     assert!(c.cloud().to_string().contains("web:2"));
+    let change = &get_json(&c, &["wfd", "webapp"])["status"]["lastSchemaChange"];
+    assert_eq!(change["toDigest"], v2.as_str(), "{change:#}");
+    assert_eq!(change["fromDigest"], v1.as_str(), "{change:#}");
+    assert!(change["changes"].to_string().contains("image"), "{change:#}");
 
     // Breaking: refused by the CLI with every change listed; nothing changes.
     let (v3, v3_ref) = publish(&c, &registry, WEBAPP_V3, "3.0.0");
