@@ -122,6 +122,10 @@ fn registry_error(r: &RegistryRef, e: OciDistributionError) -> Error {
             registry: r.registry.clone(),
             message: cause_chain(&e),
         },
+        OciDistributionError::RequestError(e) if e.status().is_some_and(|s| s == 401 || s == 403) => {
+            Error::Denied { reference }
+        }
+        OciDistributionError::RequestError(e) if e.status().is_some_and(|s| s == 404) => Error::NotFound { reference },
         OciDistributionError::ImageManifestNotFoundError(_) => Error::NotFound { reference },
         OciDistributionError::AuthenticationFailure(_) | OciDistributionError::UnauthorizedError { .. } => {
             Error::Denied { reference }
