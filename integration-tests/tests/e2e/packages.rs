@@ -177,6 +177,8 @@ fn apply_of_a_pinned_reference_works_like_the_files() {
     // The history records what ran, pinned by digest; the files' run records their name.
     assert_eq!(remote.history("site")[0]["workflow"], format!("site@{digest}").as_str());
     assert_eq!(files.history("site")[0]["workflow"], "site");
+    let text = remote.ok(&["history", "site"]).stdout;
+    assert!(text.contains(&format!("site@{}", &digest[..19])), "{text}");
     // A tag is resolved to the same digest, and the second apply changes nothing.
     let report = remote.ok_json(&["apply", &registry.url("team/site:1.0.0")]);
     assert_eq!(report["counts"]["unchanged"], 2, "{report}");
@@ -203,7 +205,11 @@ fn a_registry_that_is_down_is_a_clear_error() {
     let run = lyra.run(&["push", "site.tar", &reference]);
     expect_failure(&run, &["cannot be reached"]);
     // A malformed reference is a usage error.
-    lyra.run(&["inspect", "oci://127.0.0.1/Bad Name"]).expect_code(2);
+    for cmd in ["inspect", "apply"] {
+        let run = lyra.run(&[cmd, "oci://127.0.0.1/Bad/Name"]);
+        run.expect_code(2);
+        run.expect_stderr(&["'Bad/Name' is not a repository name"]);
+    }
 }
 
 #[test]
