@@ -32,9 +32,19 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts a registry and waits until `GET /v2/` answers 200. `None` (after saying why)
-    /// when the binary is missing outside CI.
+    /// Starts a registry and waits until `GET /v2/` answers. `None` (after saying why) when
+    /// the binary is missing outside CI.
     pub fn start() -> Option<Registry> {
+        Registry::start_with(None)
+    }
+
+    /// [`Registry::start`] with basic auth: `htpasswd` is an `htpasswd` file line
+    /// (`user:$2y$…`, bcrypt: the only kind the registry takes).
+    pub fn start_with_auth(htpasswd: &str) -> Option<Registry> {
+        Registry::start_with(Some(htpasswd))
+    }
+
+    fn start_with(htpasswd: Option<&str>) -> Option<Registry> {
         let bin = std::env::var_os("DOCKER_REGISTRY")
             .map_or_else(|| PathBuf::from("/usr/bin/docker-registry"), PathBuf::from);
         if !bin.is_file() {
@@ -55,14 +65,19 @@ impl Registry {
             .expect("create a temporary directory");
         let addr = format!("127.0.0.1:{}", free_port());
         let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
-                dir.path().join("storage").display()
-            ),
-        )
-        .expect("write the registry config");
+        let mut text = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+            dir.path().join("storage").display()
+        );
+        if let Some(line) = htpasswd {
+            let file = dir.path().join("htpasswd");
+            std::fs::write(&file, format!("{line}\n")).expect("write the htpasswd file");
+            text.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: lyra-test\n    path: {}\n",
+                file.display()
+            ));
+        }
+        std::fs::write(&config, text).expect("write the registry config");
         let log = std::fs::File::create(dir.path().join("registry.log")).expect("create the registry log");
         let child = Command::new(&bin)
             .arg("serve")
@@ -76,7 +91,7 @@ impl Registry {
         let up = wait_until(Duration::from_secs(30), || {
             registry
                 .request("GET", "/v2/", &[])
-                .is_some_and(|(status, _)| status == 200)
+                .is_some_and(|(status, _)| status == 200 || status == 401)
                 || registry.child.try_wait().ok().flatten().is_some()
         });
         let exited = registry.child.try_wait().ok().flatten();

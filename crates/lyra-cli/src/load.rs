@@ -33,7 +33,13 @@ impl Target {
 /// Finds what a workflow argument names: a package (layout, `.tar`, `oci://`), read and
 /// verified, or a workflow on the load path or in a file.
 pub async fn locate_target(a: &WorkflowArgs) -> Result<Target, Exit> {
-    match Reference::detect(&a.workflow) {
+    // A malformed `oci://` reference says what is wrong with it, not "workflow not found".
+    let detected = if a.workflow.starts_with("oci://") {
+        Some(Reference::parse(&a.workflow).map_err(package_error)?)
+    } else {
+        Reference::detect(&a.workflow)
+    };
+    match detected {
         Some(reference) => Ok(Target::Package(Box::new(resolve(&reference, &a.registry).await?))),
         None => locate(&a.workflow, a.workflows.as_deref()).map(Target::Files),
     }

@@ -140,6 +140,7 @@ pub async fn history(a: &args::HistoryArgs, out: Output) -> Result<(), Exit> {
                 r.id.to_string(),
                 time_text(r.started_at),
                 r.operation.as_str().to_owned(),
+                r.workflow.as_deref().map_or_else(|| "-".to_owned(), short_workflow),
                 r.outcome.map_or("unfinished", |o| o.as_str()).to_owned(),
                 r.actor.clone(),
                 what,
@@ -147,9 +148,18 @@ pub async fn history(a: &args::HistoryArgs, out: Output) -> Result<(), Exit> {
         })
         .collect();
     print(&output::table(
-        &["RUN", "STARTED", "OPERATION", "OUTCOME", "ACTOR", "CHANGES"],
+        &["RUN", "STARTED", "OPERATION", "WORKFLOW", "OUTCOME", "ACTOR", "CHANGES"],
         &rows,
     ))
+}
+
+/// A run's workflow for the history table: a package's digest (`web@sha256:…`) cut to 12 hex
+/// digits, as registries show them; `-o json` has it whole.
+fn short_workflow(w: &str) -> String {
+    match w.split_once("@sha256:") {
+        Some((name, hex)) if hex.len() > 12 => format!("{name}@sha256:{}", &hex[..12]),
+        _ => w.to_owned(),
+    }
 }
 
 /// An administrative edit that was not made, as the command's exit.

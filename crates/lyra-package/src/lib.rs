@@ -81,3 +81,6 @@ pub fn digest_of(bytes: &[u8]) -> String {
     use sha2::Digest;
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
+
+#[cfg(test)]
+mod tests;

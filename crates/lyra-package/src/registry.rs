@@ -122,6 +122,10 @@ fn registry_error(r: &RegistryRef, e: OciDistributionError) -> Error {
             registry: r.registry.clone(),
             message: cause_chain(&e),
         },
+        OciDistributionError::RequestError(e) if e.status().is_some_and(|s| s == 401 || s == 403) => {
+            Error::Denied { reference }
+        }
+        OciDistributionError::RequestError(e) if e.status().is_some_and(|s| s == 404) => Error::NotFound { reference },
         OciDistributionError::ImageManifestNotFoundError(_) => Error::NotFound { reference },
         OciDistributionError::AuthenticationFailure(_) | OciDistributionError::UnauthorizedError { .. } => {
             Error::Denied { reference }
@@ -362,5 +366,39 @@ impl Cache<'_> {
                 let _ = tmp.persist(&path);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_config_auths_give_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        // "alice:s3cret" in base64.
+        std::fs::write(
+            &path,
+            r#"{"auths": {"https://reg.example:5000": {"auth": "YWxpY2U6czNjcmV0"}, "other.example": {"username": "bob", "password": "pw"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            docker_auth(&path, "reg.example:5000"),
+            Some(("alice".into(), "s3cret".into()))
+        );
+        assert_eq!(docker_auth(&path, "other.example"), Some(("bob".into(), "pw".into())));
+        assert_eq!(docker_auth(&path, "nowhere.example"), None);
+        let opts = RegistryOptions {
+            docker_config: Some(path),
+            username: Some("env".into()),
+            password: Some("envpw".into()),
+            ..RegistryOptions::default()
+        };
+        let Reference::Registry(r) = Reference::parse("oci://reg.example:5000/x").unwrap() else {
+            unreachable!()
+        };
+        // The environment's credentials come before the Docker config's.
+        assert!(matches!(opts.auth(&r), RegistryAuth::Basic(u, _) if u == "env"));
     }
 }

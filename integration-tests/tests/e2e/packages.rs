@@ -177,6 +177,8 @@ fn apply_of_a_pinned_reference_works_like_the_files() {
     // The history records what ran, pinned by digest; the files' run records their name.
     assert_eq!(remote.history("site")[0]["workflow"], format!("site@{digest}").as_str());
     assert_eq!(files.history("site")[0]["workflow"], "site");
+    let text = remote.ok(&["history", "site"]).stdout;
+    assert!(text.contains(&format!("site@{}", &digest[..19])), "{text}");
     // A tag is resolved to the same digest, and the second apply changes nothing.
     let report = remote.ok_json(&["apply", &registry.url("team/site:1.0.0")]);
     assert_eq!(report["counts"]["unchanged"], 2, "{report}");
@@ -203,7 +205,11 @@ fn a_registry_that_is_down_is_a_clear_error() {
     let run = lyra.run(&["push", "site.tar", &reference]);
     expect_failure(&run, &["cannot be reached"]);
     // A malformed reference is a usage error.
-    lyra.run(&["inspect", "oci://127.0.0.1/Bad Name"]).expect_code(2);
+    for cmd in ["inspect", "apply"] {
+        let run = lyra.run(&[cmd, "oci://127.0.0.1/Bad/Name"]);
+        run.expect_code(2);
+        run.expect_stderr(&["'Bad/Name' is not a repository name"]);
+    }
 }
 
 #[test]
@@ -300,4 +306,92 @@ fn an_invalid_workflow_is_not_packaged() {
     let run = lyra.run(&["package", "site", "--version", "one", "--out", "site.tar"]);
     run.expect_code(2);
     run.expect_stderr(&["'one' is not a SemVer version"]);
+}
+
+/// `alice` / `s3cret`, bcrypt (cost 4: quick), as `htpasswd -B` writes it.
+const ALICE: &str = "alice:$2b$04$1TvRGIaF0jZVi72nexJGiuDPr0nTnK1GXNd2EoWD8T5rruQnpdsfC";
+
+#[test]
+fn credentials_come_from_the_environment_or_the_docker_config() {
+    let registry = match Registry::start_with_auth(ALICE) {
+        Some(r) => r,
+        None => return,
+    };
+    let lyra = site();
+    package(&lyra, "1.0.0", "site.tar");
+    let target = registry.url("team/site");
+    // Anonymous: refused, saying how to give credentials, and never showing any.
+    let run = lyra.run(&["push", "site.tar", &target]);
+    expect_failure(&run, &["access denied", "LYRA_REGISTRY_USERNAME"]);
+
+    let env = site()
+        .with_env("LYRA_REGISTRY_USERNAME", "alice")
+        .with_env("LYRA_REGISTRY_PASSWORD", "s3cret");
+    package(&env, "1.0.0", "site.tar");
+    let pinned = push(&env, "site.tar", &target);
+    assert_eq!(env.ok_json(&["inspect", &pinned])["name"], "site");
+
+    // A wrong password is refused too, and not echoed.
+    let wrong = Lyra::new()
+        .with_env("LYRA_REGISTRY_USERNAME", "alice")
+        .with_env("LYRA_REGISTRY_PASSWORD", "hunter2");
+    let run = wrong.run(&["inspect", &pinned]);
+    expect_failure(&run, &["access denied"]);
+    assert!(!run.stderr.contains("hunter2"), "{run}");
+
+    // The Docker config's `auths` (DOCKER_CONFIG points into the test directory).
+    let docker = Lyra::new();
+    docker.write(
+        ".docker/config.json",
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "YWxpY2U6czNjcmV0"}}}}}}"#,
+            registry.addr()
+        ),
+    );
+    assert_eq!(
+        docker.ok_json(&["inspect", &pinned])["digest"],
+        env.ok_json(&["inspect", &pinned])["digest"]
+    );
+}
+
+/// A validator for one document type (`$defs/NAME` of docs/json/lyra.schema.json).
+fn conforms(doc: &Value, name: &str) {
+    let path = integration_tests::workspace_dir().join("docs/json/lyra.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read the schema")).expect("JSON");
+    assert!(schema["$defs"][name].is_object(), "the schema has no $defs/{name}");
+    let root = serde_json::json!({
+        "$schema": schema["$schema"],
+        "$defs": schema["$defs"],
+        "$ref": format!("#/$defs/{name}"),
+    });
+    let v = jsonschema::validator_for(&root).expect("the schema compiles");
+    let errors: Vec<String> = v
+        .iter_errors(doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "not a {name} document: {errors:#?}\n{doc:#}");
+}
+
+#[test]
+fn package_commands_print_documents_that_match_their_schemas() {
+    let registry = registry_or_skip!();
+    let lyra = site();
+    let package = lyra.ok_json(&["package", "site", "--version", "2.0.0", "--out", "site.tar"]);
+    conforms(&package, "package");
+    assert_eq!(package["path"], "site.tar");
+    let pushed = lyra.ok_json(&["push", "site.tar", &registry.url("team/site")]);
+    conforms(&pushed, "push");
+    assert_eq!(pushed["digest"], package["digest"]);
+    let pulled = lyra.ok_json(&["pull", pushed["reference"].as_str().unwrap(), "--out", "pulled.tar"]);
+    conforms(&pulled, "pull");
+    assert_eq!(
+        std::fs::read(lyra.path("pulled.tar")).unwrap(),
+        std::fs::read(lyra.path("site.tar")).unwrap(),
+        "a pulled package is the pushed one, byte for byte"
+    );
+    conforms(&lyra.ok_json(&["inspect", "pulled.tar"]), "inspect");
+    // Failures are error documents.
+    let run = lyra.run(&["inspect", "nowhere.tar", "-o", "json"]);
+    run.expect_code(1);
+    conforms(&run.json(), "error");
 }
