@@ -108,6 +108,10 @@ fn has_rules(v: &Value) -> bool {
 fn compilation_warnings(c: &CompiledSchema, path: &str, out: &mut Vec<String>) {
     for e in c.compilation_errors() {
         let at = if path.is_empty() { "<root>" } else { path };
+        // The parser's message spans lines (the source, a caret): its first one says it all,
+        // and a `Warning` header holds one line.
+        let e = e.to_string();
+        let e = e.lines().next().unwrap_or_default();
         out.push(format!(
             "x-kubernetes-validations at {at}: {e}; kube-emulator does not enforce this rule"
         ));
