@@ -1,5 +1,6 @@
 //! Discovery documents: `/api`, `/apis`, group and group-version documents with every served
-//! kind, `/version`, health; and the routes of the `/openapi/v3` documents (`openapi`).
+//! kind, `/version`, health, and the `/openapi/v3` root (`openapi` builds the documents;
+//! `api` serves them, with their caching headers).
 
 use std::sync::Arc;
 
@@ -22,8 +23,6 @@ pub fn document(reg: &Registry, segments: &[&str]) -> Option<Result<Value, ApiEr
         ["apis", g] => found(reg.api_group(g)),
         ["apis", g, v] => found(reg.api_resource_list(g, v)),
         ["openapi", "v3"] => Some(Ok(crate::openapi::root(reg))),
-        ["openapi", "v3", "api", "v1"] => found(crate::openapi::document(reg, "", "v1")),
-        ["openapi", "v3", "apis", g, v] => found(crate::openapi::document(reg, g, v)),
         _ => None,
     }
 }

@@ -37,8 +37,9 @@
 //!   schema with `apiVersion`, `kind`, a `metadata` reference to `ObjectMeta` and its
 //!   `x-kubernetes-group-version-kind`, which the paths' operations name), so `kubectl explain
 //!   <kind>[.field...]` prints fields, types and descriptions, and kubectl leaves validation to
-//!   the server (`fieldValidation`). The root lists each document with a hash of it, so
-//!   kubectl's cache refreshes when a CRD is created, updated or deleted.
+//!   the server (`fieldValidation`). The root lists each document at a URL with a hash of
+//!   it, served as cacheable for good (a stale hash redirects), so kubectl caches documents
+//!   and still sees a CRD created, updated or deleted.
 //! - Built-in `v1` Namespaces (with termination), ConfigMaps, Secrets (`stringData`),
 //!   ServiceAccounts (a `default` one per namespace), Events, `coordination.k8s.io/v1` Leases,
 //!   and `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
@@ -67,7 +68,7 @@
 //!   the write too). A rule that does not compile is not enforced: the CRD write returns a
 //!   `Warning` naming it (a real apiserver refuses such a CRD), and a rule using what the `cel`
 //!   crate lacks (`cel.bind`, `sortBy`, two-variable comprehensions) is skipped with a log line
-//!   (`tracing`), so the emulator may accept what a real server refuses, never the reverse.
+//!   (`tracing`): there the emulator accepts what a real server refuses.
 //! - Background ownerReference garbage collection when an owner is deleted.
 //! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
 //!   `RequestEntityTooLarge`, once the body is read: up to 48 MiB, beyond that at once),
@@ -86,8 +87,7 @@
 //! - No authentication, authorization (RBAC), TLS, admission webhooks, ValidatingAdmission
 //!   policies, or schema validation of built-in kinds; CRD schemas ignore `format`,
 //!   `uniqueItems` and list-type uniqueness. No validation ratcheting: an update is checked
-//!   whole, even fields it leaves unchanged. CEL's cost budget is not enforced, and the root
-//!   variables `apiVersion`/`kind` of root rules are not bound.
+//!   whole, even fields it leaves unchanged. CEL's cost budget is not enforced.
 //! - Built-in kinds publish only `apiVersion`, `kind` and `metadata` in `/openapi/v3`: `kubectl
 //!   explain configmap.data` finds no field.
 //! - No conversion: versions of a CRD differ only in `apiVersion` (`conversion: None`); the

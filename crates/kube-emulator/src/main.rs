@@ -1,9 +1,11 @@
 //! `kube-emulator --port N --kubeconfig PATH`: runs the emulator until Ctrl-C or SIGTERM, for
-//! pointing kubectl or a controller at it by hand (`KUBECONFIG=PATH kubectl get crd`).
+//! pointing kubectl or a controller at it by hand (`KUBECONFIG=PATH kubectl get crd`). Its
+//! warnings (CEL rules it cannot enforce) go to stderr; `RUST_LOG` picks others.
 
 // A binary: the terminal is its interface.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -25,6 +27,13 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("kube_emulator=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     // Deep objects are walked recursively: the server's threads need deep stacks.
     tokio::runtime::Builder::new_multi_thread()
         .thread_stack_size(kube_emulator::THREAD_STACK)

@@ -48,7 +48,7 @@ fn group_versions(reg: &Registry) -> Vec<(String, String)> {
 }
 
 /// A stable digest of a document: kubectl caches documents by URL, hash included.
-fn hash(doc: &Value) -> String {
+pub fn hash(doc: &Value) -> String {
     // `DefaultHasher::new()` has fixed keys: the same document hashes the same every time.
     let mut h = DefaultHasher::new();
     doc.to_string().hash(&mut h);

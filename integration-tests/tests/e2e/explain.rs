@@ -66,6 +66,14 @@ fn explain_and_admission_of_the_workflow_crd() {
     assert_contains_all(&field, &["FIELD: deletionPolicy <string>", "ENUM:", "Orphan"]);
     let meta = k.ok(&["explain", "wf.metadata.labels"]);
     assert_contains_all(&meta, &["FIELD: labels <map[string]string>"]);
+    // Built-in kinds publish their object fields only, but explain works on them.
+    let cm = k.ok(&["explain", "configmaps"]);
+    assert_contains_all(
+        &cm,
+        &["KIND:       ConfigMap", "VERSION:    v1", "metadata\t<ObjectMeta>"],
+    );
+    let lease = k.ok(&["explain", "leases.metadata.name"]);
+    assert_contains_all(&lease, &["GROUP:      coordination.k8s.io", "FIELD: name <string>"]);
     let missing = k.fails(&["explain", "wf.spec.nosuchfield"]);
     assert!(missing.contains("field \"nosuchfield\" does not exist"), "{missing}");
 

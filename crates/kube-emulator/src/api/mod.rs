@@ -37,6 +37,38 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
     (code, [("content-type", "application/json")], body.to_string()).into_response()
 }
 
+/// A group-version's OpenAPI document as the apiserver serves it: at the URL with its current
+/// hash (the one the root lists), cacheable for good, which kubectl's HTTP cache honours; at a
+/// stale hash, a redirect to the current one; without a hash, not cached.
+fn openapi_response(path: &str, doc: &Value, asked: Option<&String>) -> Response {
+    let hash = crate::openapi::hash(doc);
+    match asked {
+        Some(h) if *h == hash => {
+            let mut resp = json_response(StatusCode::OK, doc);
+            let headers = resp.headers_mut();
+            headers.insert(
+                "cache-control",
+                HeaderValue::from_static("public, immutable, max-age=31536000"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&format!("\"{hash}\"")) {
+                headers.insert("etag", v);
+            }
+            resp
+        }
+        Some(_) => (
+            StatusCode::MOVED_PERMANENTLY,
+            [("location", format!("{path}?hash={hash}"))],
+        )
+            .into_response(),
+        None => {
+            let mut resp = json_response(StatusCode::OK, doc);
+            resp.headers_mut()
+                .insert("cache-control", HeaderValue::from_static("no-cache, private"));
+            resp
+        }
+    }
+}
+
 /// The single entry point: every request lands here.
 pub async fn handle(
     AxumState(shared): AxumState<Arc<Shared>>,
@@ -68,6 +100,7 @@ pub async fn handle(
             resp
         }
         Ok(Reply::Watch(spec)) => watch::start(shared, spec),
+        Ok(Reply::OpenApi(doc)) => openapi_response(uri.path(), &doc, params.get("hash")),
         Err(e) => e.into_response(),
     }
 }
@@ -76,6 +109,8 @@ enum Reply {
     Json(StatusCode, Value),
     Written(StatusCode, Written, Value),
     Watch(WatchSpec),
+    /// An OpenAPI v3 document, with the caching its URL allows.
+    OpenApi(Value),
 }
 
 /// A parsed object path: `<base>[/namespaces/<ns>]/<plural>[/<name>[/<subresource>]]`.
@@ -96,6 +131,18 @@ fn route(
     body: &Bytes,
 ) -> Result<Reply, ApiError> {
     let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    if *method == Method::GET
+        && let ["openapi", "v3", gv @ ..] = segments.as_slice()
+        && !gv.is_empty()
+    {
+        let reg = &shared.lock().registry;
+        let doc = match gv {
+            ["api", "v1"] => crate::openapi::document(reg, "", "v1"),
+            ["apis", g, v] => crate::openapi::document(reg, g, v),
+            _ => None,
+        };
+        return doc.map(Reply::OpenApi).ok_or_else(ApiError::no_such_path);
+    }
     if *method == Method::GET
         && let Some(reply) = crate::discovery::document(&shared.lock().registry, &segments)
     {

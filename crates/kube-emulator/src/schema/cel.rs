@@ -47,8 +47,16 @@ impl Rules {
     /// the value (`spec: Invalid value: "object": <message>`), or `Forbidden`/`Required` when
     /// the rule's `reason` says so. `old` is the stored object, on updates.
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
-        let Err(errs) = kube_cel::validate_compiled(&self.compiled, obj, old) else {
-            return Vec::new();
+        // A rule the interpreter panics on is skipped like one it cannot evaluate: the write
+        // goes on rather than the connection dropping.
+        let run = || kube_cel::validate_compiled(&self.compiled, obj, old);
+        let errs = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+            Ok(Ok(())) => return Vec::new(),
+            Ok(Err(errs)) => errs,
+            Err(_) => {
+                tracing::warn!("the CEL interpreter panicked: this object's rules are not enforced");
+                return Vec::new();
+            }
         };
         let mut out = Vec::new();
         for e in errs.iter() {
@@ -100,6 +108,10 @@ fn has_rules(v: &Value) -> bool {
 fn compilation_warnings(c: &CompiledSchema, path: &str, out: &mut Vec<String>) {
     for e in c.compilation_errors() {
         let at = if path.is_empty() { "<root>" } else { path };
+        // The parser's message spans lines (the source, a caret): its first one says it all,
+        // and a `Warning` header holds one line.
+        let e = e.to_string();
+        let e = e.lines().next().unwrap_or_default();
         out.push(format!(
             "x-kubernetes-validations at {at}: {e}; kube-emulator does not enforce this rule"
         ));
