@@ -54,7 +54,13 @@ pub async fn register(a: &RegisterArgs, out: Output) -> Result<(), Exit> {
     };
     let request = register::complete(&client, &package, request)
         .await
-        .map_err(|e| Exit::failure(format!("reading the WorkflowDefinition: {e}")))?;
+        .map_err(|e| match &e {
+            kube::Error::Api(s) if s.is_not_found() => {
+                Exit::failure("the WorkflowDefinition CRD (workflowdefinitions.lyra.dev) is not installed")
+                    .hint("install Lyra's CRDs with `lyra crd | kubectl apply -f -`")
+            }
+            _ => Exit::failure(format!("reading the WorkflowDefinition: {e}")),
+        })?;
     let def = register::definition(&package, &pinned, &request);
     let preview = register::preview(&client, &def, &package, &program.main)
         .await

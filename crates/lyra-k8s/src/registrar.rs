@@ -119,6 +119,15 @@ impl Registrar {
     /// Runs the definition reconciler until `shutdown`; the kinds' controllers stop with it.
     pub async fn run(self: Arc<Self>) {
         let api: Api<WorkflowDefinition> = Api::all(self.client());
+        // Without the CRD, every watch would fail: say so once, and serve Workflows only.
+        if let Err(kube::Error::Api(s)) = api.list_metadata(&ListParams::default().limit(1)).await
+            && s.is_not_found()
+        {
+            tracing::warn!(
+                "the WorkflowDefinition CRD (workflowdefinitions.lyra.dev) is not installed: registration is off; install it with `lyra crd | kubectl apply -f -` and restart"
+            );
+            return;
+        }
         let mut rx = self.shutdown.clone();
         let trigger = async move {
             let _ = rx.wait_for(|down| *down).await;

@@ -734,3 +734,73 @@ async fn a_delete_waits_for_a_held_lease_too() {
             .is_empty()
     );
 }
+
+/// A package holding `text` as its main workflow `pair`, named by `digest`.
+fn package(digest: &str, text: &str) -> PackageRef {
+    PackageRef(Arc::new(lyra_package::Package {
+        digest: digest.to_owned(),
+        manifest: serde_json::from_value(json!({"name": "pair", "version": "1.0.0"})).unwrap(),
+        files: std::collections::BTreeMap::from([("pair".to_owned(), ("pair.yaml".to_owned(), text.to_owned()))]),
+    }))
+}
+
+#[tokio::test]
+async fn a_registered_kind_runs_its_package_and_a_new_digest_runs_again() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = Job {
+        key: ObjectKey::of_kind("pairs.workflows.lyra.dev", "ns", "x"),
+        workflow: Ok(WorkflowRef::Package(package("sha256:one", PAIR))),
+        ..job("x", "pair", 1, json!({"greeting": "hi"}))
+    };
+    rt.apply(&j, None, &r).await.unwrap();
+    let s = r.last();
+    assert!(is_true(&s, READY), "{s:?}");
+    // Kinds have deployments of their own, named by kind; the status names the digest run.
+    assert_eq!(s.deployment.as_deref(), Some("k8s/ns/pairs.workflows.lyra.dev/x"));
+    assert_eq!(s.digest.as_deref(), Some("sha256:one"));
+    assert_eq!(s.workflow.as_deref(), Some("pair@sha256:one"));
+    assert!(
+        h.store
+            .load("k8s/ns/pairs.workflows.lyra.dev/x")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(h.store.load("k8s/ns/x").await.unwrap().is_none());
+
+    // The same digest again: nothing runs, here or in a restarted controller.
+    let writes = r.writes();
+    rt.apply(&j, Some(&s), &r).await.unwrap();
+    h.runtime().apply(&j, Some(&s), &r).await.unwrap();
+    assert_eq!(r.writes(), writes);
+
+    // A new digest with the object unchanged (an upgrade of the kind): applied again.
+    let upgraded = Job {
+        workflow: Ok(WorkflowRef::Package(package("sha256:two", PAIR))),
+        ..j.clone()
+    };
+    h.runtime().apply(&upgraded, Some(&s), &r).await.unwrap();
+    let s2 = r.last();
+    assert!(r.writes() > writes);
+    assert_eq!(s2.digest.as_deref(), Some("sha256:two"));
+    assert!(is_true(&s2, READY), "{s2:?}");
+}
+
+#[tokio::test]
+async fn input_that_is_not_there_yet_is_retried_not_stalled() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let r = Recorded::default();
+    let j = Job {
+        unavailable: Some("spec.password.secretKeyRef: Secret db not found".to_owned()),
+        ..job("x", "pair", 1, json!({}))
+    };
+    let err = rt.apply(&j, None, &r).await.unwrap_err();
+    assert!(matches!(err, ReconcileError::Retry { .. }), "{err:?}");
+    let s = r.last();
+    assert!(!is_true(&s, STALLED) && !is_true(&s, READY), "{s:?}");
+    assert!(s.message.unwrap().contains("Secret db not found"));
+    assert_eq!(r.reasons(), ["InputUnavailable"]);
+}
