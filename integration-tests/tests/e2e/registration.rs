@@ -276,9 +276,12 @@ fn upgrades_roll_out_compatible_changes_and_refuse_breaking_ones() {
         "the dry run lists the object: {dry}"
     );
     assert!(
-        dry.stdout.contains("image"),
-        "the dry run shows the new parameter: {dry}"
+        dry.stdout.contains("spec.image: added (compatible)"),
+        "the schema diff: {dry}"
     );
+    // The object's plan under the new version: its server's image changes in place.
+    assert!(dry.stdout.contains("image: \"web:1\" -> \"web:2\""), "the plan: {dry}");
+    assert!(dry.stdout.contains("1 to update"), "the plan: {dry}");
     // A dry run changes nothing.
     assert_eq!(get_json(&c, &["wfd", "webapp"])["status"]["digest"], v1.as_str());
     lyra_k(&c, &["register", &v2_ref]).expect_ok();
