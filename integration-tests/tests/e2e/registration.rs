@@ -336,6 +336,14 @@ fn deleting_a_definition_waits_for_its_objects_and_never_deletes_them() {
             .is_some_and(|m| m.contains("waits for 1 object"))
     });
     assert_eq!(waiting["status"]["instances"], 1);
+    // And an event says so.
+    let said = wait_until(Duration::from_secs(30), || {
+        c.kubectl
+            .run(&["get", "events", "-A", "-o", "json"])
+            .stdout
+            .contains("WaitingForInstances")
+    });
+    assert!(said, "no WaitingForInstances event");
     // The object and its resources are untouched, the CRD is still served.
     assert!(ready(&get_json(&c, &["webapp", "site"])));
     get_json(&c, &["crd", CRD]);
@@ -436,4 +444,28 @@ fn a_missing_secret_is_waited_for_and_a_package_that_cannot_be_a_kind_is_stalled
         "{stalled:#}"
     );
     assert!(!c.kubectl.run(&["get", "crd", "reserveds.workflows.lyra.dev"]).success);
+}
+
+#[test]
+fn a_restarted_controller_serves_the_registered_kinds_again() {
+    let c = cluster_or_skip!();
+    let registry = registry_or_skip!();
+    let mut first = start(&c);
+    registered_with_site(&c, &registry);
+    first.terminate();
+
+    // Registered with no controller running: the next one serves it from the start.
+    let (_, other_ref) = publish(&c, &registry, WEBAPP_V1, "1.0.1");
+    lyra_k(&c, &["register", &other_ref, "--kind", "Shop", "--name", "shop"]).expect_ok();
+    let _second = c.controller("r2", &[]);
+    wait_json(&c, &["wfd", "shop"], "the new definition Ready", ready);
+    c.apply(&site(3).replace("name: site", "name: more"));
+    let more = wait_json(&c, &["webapp", "more"], "an object made after the restart Ready", ready);
+    assert_eq!(more["status"]["deployment"], format!("k8s/default/{CRD}/more").as_str());
+    c.apply(
+        &site(2)
+            .replace("kind: WebApp", "kind: Shop")
+            .replace("name: site", "name: corner"),
+    );
+    wait_json(&c, &["shops", "corner"], "an object of the new kind Ready", ready);
 }
