@@ -235,7 +235,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let registrar = Arc::new(lyra_k8s::registrar::Registrar::new(
             Arc::clone(&ctx),
             registry,
-            args.namespaces.clone(),
+            config.clone(),
             stop.clone(),
         ));
         tokio::spawn(registrar.run())

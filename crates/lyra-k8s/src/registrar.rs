@@ -28,7 +28,7 @@ use lyra_core::model::Workflow as Model;
 use lyra_package::{Package, Reference, RegistryOptions};
 use tokio::sync::watch;
 
-use crate::controller::{self as wiring, Context, Error, MANAGER};
+use crate::controller::{self as wiring, Context, ControllerConfig, Error, MANAGER};
 use crate::crd::WorkflowStatus;
 use crate::definition::{
     DEFINITION_FINALIZER, SchemaChangeSummary, WorkflowDefinition, WorkflowDefinitionStatus, allows_breaking,
@@ -66,8 +66,9 @@ pub struct Registrar {
     registry: RegistryOptions,
     kinds: Mutex<HashMap<String, KindHandle>>,
     packages: Mutex<HashMap<String, Arc<Package>>>,
-    /// Where objects of registered kinds are watched (empty: everywhere), as for `Workflow`s.
-    namespaces: Vec<String>,
+    /// Where objects of registered kinds are watched, and how many are reconciled at once,
+    /// as for `Workflow`s.
+    config: ControllerConfig,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -95,11 +96,11 @@ enum Refusal {
 }
 
 impl Registrar {
-    /// `namespaces`: where objects of registered kinds are watched (empty: everywhere).
+    /// `config`: where objects of registered kinds are watched and how many at once.
     pub fn new(
         ctx: Arc<Context>,
         registry: RegistryOptions,
-        namespaces: Vec<String>,
+        config: ControllerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Registrar {
         Registrar {
@@ -107,7 +108,7 @@ impl Registrar {
             registry,
             kinds: Mutex::new(HashMap::new()),
             packages: Mutex::new(HashMap::new()),
-            namespaces,
+            config,
             shutdown,
         }
     }
@@ -182,6 +183,18 @@ impl Registrar {
     ) -> Result<Registered, Refusal> {
         let name = def.name_any();
         let spec = &def.spec;
+        let crd_name = spec.crd_name();
+        // Renaming would leave the old kind's objects without a controller: refused.
+        if let Some(registered) = &status.crd_name
+            && *registered != crd_name
+        {
+            return Err(Refusal::Stalled(
+                Reason::InvalidSpec,
+                format!(
+                    "this definition registered {registered}; its kind, plural and group cannot change (to {crd_name}); register the new kind with a definition of its own"
+                ),
+            ));
+        }
         // A tag is resolved once: later reconciles of the same generation use the pin.
         let text = match &status.package {
             Some(pinned) if status.observed_generation == def.metadata.generation => pinned.clone(),
@@ -211,13 +224,11 @@ impl Registrar {
         };
         let mut crd = kind::generate_crd(&names, &main, &info)
             .map_err(|e| Refusal::Stalled(Reason::InvalidPackage, format!("package {pinned}: {e}")))?;
-        let crd_name = spec.crd_name();
         crd.metadata.name = Some(crd_name.clone());
         crd.metadata
             .annotations
             .get_or_insert_with(BTreeMap::new)
             .insert(PACKAGE_ANNOTATION.to_owned(), pinned.clone());
-        status.crd_name = Some(crd_name.clone());
 
         let crds: Api<CustomResourceDefinition> = Api::all(self.client());
         let existing = crds.get_opt(&crd_name).await.map_err(api_refusal)?;
@@ -285,6 +296,8 @@ impl Registrar {
             .patch(&crd_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
             .await
             .map_err(api_refusal)?;
+        // The kind is this definition's from now on (its names can no longer change).
+        status.crd_name = Some(crd_name.clone());
         status.digest = Some(package.digest.clone());
         status.version = Some(package.manifest.version.clone());
         if !established(&applied) {
@@ -343,7 +356,7 @@ impl Registrar {
             resource,
             served: rx.clone(),
         });
-        let task = tokio::spawn(run_kind(kind_ctx, rx, self.namespaces.clone(), self.shutdown.clone()));
+        let task = tokio::spawn(run_kind(kind_ctx, rx, self.config.clone(), self.shutdown.clone()));
         kinds.insert(
             crd_name.to_owned(),
             KindHandle {
@@ -354,8 +367,8 @@ impl Registrar {
         );
     }
 
-    /// Deletion: waits while objects of the kind exist, then removes the CRD. `Ok(true)`
-    /// once the finalizer may go.
+    /// Deletion: waits while objects of the kind exist (`Ok(Some(how many))`), then removes
+    /// the CRD (`Ok(None)`: the finalizer may go).
     async fn unregister(
         &self,
         def: &WorkflowDefinition,
@@ -671,10 +684,11 @@ struct KindContext {
 async fn run_kind(
     kind: Arc<KindContext>,
     served: watch::Receiver<Arc<Served>>,
-    namespaces: Vec<String>,
+    config: ControllerConfig,
     shutdown: watch::Receiver<bool>,
 ) {
     let client = kind.ctx.client.clone();
+    let namespaces = &config.namespaces;
     let apis: Vec<Api<DynamicObject>> = if namespaces.is_empty() {
         vec![Api::all_with(client, &kind.resource)]
     } else {
@@ -694,6 +708,7 @@ async fn run_kind(
             let _ = rx.wait_for(|down| *down).await;
         };
         Controller::new_with(api, watcher::Config::default(), kind.resource.clone())
+            .with_config(controller::Config::default().concurrency(config.concurrency))
             .reconcile_all_on(upgrades)
             .graceful_shutdown_on(trigger)
             .run(reconcile_instance, instance_error_policy, Arc::clone(&kind))

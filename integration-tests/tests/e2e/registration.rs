@@ -392,6 +392,22 @@ fn a_second_definition_cannot_take_a_registered_kind() {
     assert_eq!(owner["status"]["digest"], digest.as_str());
     let crd = get_json(&c, &["crd", CRD]);
     assert_eq!(crd["metadata"]["annotations"]["lyra.dev/definition"], "webapp");
+
+    // A registered kind cannot be renamed (its objects would lose their controller).
+    c.kubectl.ok(&[
+        "patch",
+        "wfd",
+        "webapp",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"plural":"apps"}}"#,
+    ]);
+    wait_json(&c, &["wfd", "webapp"], "the rename refused", |d| {
+        d["status"]["conditions"].to_string().contains("cannot change")
+    });
+    assert!(ready(&get_json(&c, &["webapp", "site"])));
+    assert!(!c.kubectl.run(&["get", "crd", "apps.workflows.lyra.dev"]).success);
 }
 
 #[test]
