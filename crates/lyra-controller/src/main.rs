@@ -1,5 +1,5 @@
-//! `lyra-controller`: reconciles `Workflow` objects with the same engine and state as the
-//! `lyra` CLI. Thin: it parses arguments, wires the state, providers, kube client, health
+//! `lyra-controller`: reconciles `Workflow` objects, and the objects of the kinds that
+//! `WorkflowDefinition`s register, with the same engine and state as the `lyra` CLI. Thin: it parses arguments, wires the state, providers, kube client, health
 //! and metrics server and leader election, and hands over to `lyra_k8s::controller`.
 
 use std::net::SocketAddr;
@@ -24,6 +24,8 @@ use tokio::sync::watch;
 
 /// Reconciles Lyra `Workflow` objects: applies each one's workflow to the deployment
 /// `k8s/<namespace>/<name>` in the shared state, and tears it down when the object is deleted.
+/// Serves `WorkflowDefinition`s too: each registers a package as a kind of its own, whose
+/// objects are applied the same way (`k8s/<namespace>/<plural>.<group>/<name>`).
 #[derive(Debug, Parser)]
 #[command(name = "lyra-controller", version, max_term_width = 100)]
 struct Args {
