@@ -186,7 +186,8 @@ fn start(c: &Cluster) -> integration_tests::cluster::ControllerProcess {
 fn a_registered_package_is_a_kind_whose_objects_are_applied() {
     let c = cluster_or_skip!();
     let registry = registry_or_skip!();
-    let _controller = start(&c);
+    // At debug level, so that the search for the secret below covers every log line.
+    let _controller = c.controller_logging("r", &[], "debug");
     let digest = registered_with_site(&c, &registry);
 
     // The kind is served, typed and discoverable.
