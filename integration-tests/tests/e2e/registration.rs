@@ -115,6 +115,23 @@ fn lyra_k(c: &Cluster, args: &[&str]) -> Run {
     run_command(cmd, args)
 }
 
+/// `text` as one JSON document valid against `$defs/NAME` of docs/json/lyra.schema.json.
+#[track_caller]
+fn conforms(text: &str, name: &str) -> Value {
+    let path = integration_tests::workspace_dir().join("docs/json/lyra.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the schema file")).expect("JSON");
+    let root =
+        serde_json::json!({"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": format!("#/$defs/{name}")});
+    let validator = jsonschema::validator_for(&root).expect("the schema compiles");
+    let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not one JSON document: {e}\n{text}"));
+    let errors: Vec<String> = validator
+        .iter_errors(&doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "not a {name} document: {errors:#?}\n{doc:#}");
+    doc
+}
+
 fn get_json(c: &Cluster, args: &[&str]) -> Value {
     let mut all = vec!["get"];
     all.extend(args);
@@ -283,6 +300,15 @@ fn upgrades_roll_out_compatible_changes_and_refuse_breaking_ones() {
     // The object's plan under the new version: its server's image changes in place.
     assert!(dry.stdout.contains("image: \"web:1\" -> \"web:2\""), "the plan: {dry}");
     assert!(dry.stdout.contains("1 to update"), "the plan: {dry}");
+    // The same as one JSON document of the documented shape.
+    let doc = lyra_k(&c, &["register", &v2_ref, "--dry-run", "-o", "json"]);
+    doc.expect_ok();
+    let doc = conforms(&doc.stdout, "register");
+    assert_eq!(
+        doc["instances"][0]["deployment"],
+        format!("k8s/default/{CRD}/site").as_str()
+    );
+    assert_eq!(doc["instances"][0]["plan"]["counts"]["updated"], 1, "{doc:#}");
     // A dry run changes nothing.
     assert_eq!(get_json(&c, &["wfd", "webapp"])["status"]["digest"], v1.as_str());
     lyra_k(&c, &["register", &v2_ref]).expect_ok();
