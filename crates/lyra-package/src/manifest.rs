@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use lyra_core::expr::Expr;
 use lyra_core::model::{ParamSource, Step, StepKind};
 use lyra_core::program::Program;
 use serde::{Deserialize, Serialize};
@@ -76,21 +75,22 @@ impl Manifest {
             .root
             .params
             .iter()
+            // A parameter with a `value` is a constant of the workflow, not an input: the data
+            // cannot set it (a registered kind has no field for it either).
+            .filter(|p| !matches!(p.source, ParamSource::Value(_)))
             .map(|p| {
                 let sensitive = p.ty.as_ref().is_some_and(|t| t.is_sensitive());
-                let (default, lookup) = match &p.source {
-                    // A default is never recorded for a sensitive parameter: it would be a
-                    // secret in a public artifact.
-                    ParamSource::Value(Expr::Lit(v)) if !sensitive => (Some(v.clone()), None),
-                    ParamSource::Lookup(key) if *key != p.name => (None, Some(key.clone())),
-                    _ => (None, None),
-                };
                 Parameter {
                     name: p.name.clone(),
                     ty: p.ty.as_ref().map_or_else(|| "Any".to_owned(), ToString::to_string),
-                    default,
-                    doc: None,
-                    lookup,
+                    // A default is never recorded for a sensitive parameter: it would be a
+                    // secret in a public artifact.
+                    default: p.default.clone().filter(|_| !sensitive),
+                    doc: p.doc.clone(),
+                    lookup: match &p.source {
+                        ParamSource::Lookup(key) if *key != p.name => Some(key.clone()),
+                        _ => None,
+                    },
                     sensitive,
                 }
             })

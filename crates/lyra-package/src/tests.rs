@@ -11,7 +11,8 @@ const MAIN: &str = "\
 parameters:
   size:
     type: Integer[1, 9]
-    value: 3
+    default: 3
+    doc: How many.
   token:
     type: Sensitive[String]
 returns: [out]
@@ -83,6 +84,7 @@ fn a_package_holds_its_interface_and_every_called_workflow() {
     assert_eq!((m.name.as_str(), m.version.as_str()), ("main", "0.0.0"));
     assert_eq!(m.parameters[0].ty, "Integer[1, 9]");
     assert_eq!(m.parameters[0].default, Some(serde_json::json!(3)));
+    assert_eq!(m.parameters[0].doc.as_deref(), Some("How many."));
     assert!(m.parameters[1].sensitive && m.parameters[1].default.is_none());
     assert_eq!(m.resource_types, ["Test::Other", "Test::Thing"]);
     assert_eq!(p.files.keys().collect::<Vec<_>>(), ["lib::inner", "main"]);

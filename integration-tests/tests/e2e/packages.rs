@@ -10,7 +10,7 @@ const SITE: &str = "\
 parameters:
   region:
     type: Enum[eu1, eu2]
-    value: eu1
+    default: eu1
   replicas:
     type: Integer[1, 5]
     lookup: site.replicas
