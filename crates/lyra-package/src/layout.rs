@@ -140,6 +140,13 @@ impl Layout {
         let location = dir.display().to_string();
         let read = |rel: &str| {
             let p = dir.join(rel);
+            // No blob of a package is larger than its unpacked files may be.
+            if std::fs::metadata(&p).is_ok_and(|m| m.len() > MAX_UNPACKED) {
+                return Err(Error::NotAPackage {
+                    location: location.clone(),
+                    why: format!("{rel} is larger than a package may be"),
+                });
+            }
             std::fs::read(&p).map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound if rel == "index.json" => Error::NotAPackage {
                     location: location.clone(),

@@ -243,17 +243,22 @@ pub async fn fetch(reference: &Reference, opts: &RegistryOptions) -> Result<Layo
         if let Some(bytes) = cache.as_ref().and_then(|c| c.get(&d.digest)) {
             return Ok(bytes);
         }
-        let mut bytes = Vec::with_capacity(d.size as usize);
+        let mut bytes = Bounded::new(d.size);
         let desc = oci_client::manifest::OciDescriptor {
             media_type: d.media_type.clone(),
             digest: d.digest.clone(),
             size: d.size as i64,
             ..Default::default()
         };
-        client
-            .pull_blob(&image, &desc, &mut bytes)
-            .await
-            .map_err(|e| match registry_error(r, e) {
+        let pulled = client.pull_blob(&image, &desc, &mut bytes).await;
+        if bytes.overflowed {
+            return Err(Error::NotAPackage {
+                location: location.clone(),
+                why: format!("blob {} is larger than its manifest says ({} bytes)", d.digest, d.size),
+            });
+        }
+        let bytes = bytes.buf;
+        pulled.map_err(|e| match registry_error(r, e) {
                 // Name the blob, not the manifest, as what failed.
                 Error::DigestMismatch { digest, actual, .. } => Error::DigestMismatch {
                     digest,
@@ -273,6 +278,51 @@ pub async fn fetch(reference: &Reference, opts: &RegistryOptions) -> Result<Layo
     let mut layout = Layout::new(manifest_bytes, config, layer, "");
     layout.ref_name = layout.package()?.manifest.version;
     Ok(layout)
+}
+
+/// A blob being pulled, refused past the size its descriptor gives: a registry that streams
+/// more (by mistake or malice) cannot make us hold more than the manifest allowed, which
+/// `parse_manifest` bounds.
+struct Bounded {
+    buf: Vec<u8>,
+    limit: u64,
+    overflowed: bool,
+}
+
+impl Bounded {
+    fn new(limit: u64) -> Bounded {
+        Bounded {
+            buf: Vec::with_capacity(limit as usize),
+            limit,
+            overflowed: false,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if (self.buf.len() + data.len()) as u64 > self.limit {
+            self.overflowed = true;
+            return std::task::Poll::Ready(Err(std::io::Error::other("the blob is larger than its descriptor says")));
+        }
+        self.buf.extend_from_slice(data);
+        std::task::Poll::Ready(Ok(data.len()))
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 fn read_local(reference: &Reference) -> Result<Layout, Error> {

@@ -2,7 +2,7 @@
 //! Postgres schema per test, the workspace's one such helper. The end-to-end tests use it too
 //! (through `integration_tests::pg_or_skip!`), synchronously.
 //!
-//! ```ignore
+//! ```text
 //! let Some(db) = lyra_state::testing::PgTestDb::create("my_test").await else { return };
 //! let store = lyra_state::open(db.url()).await?;
 //! // ... the schema is dropped when `db` goes out of scope, panics included.

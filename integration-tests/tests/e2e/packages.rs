@@ -234,6 +234,13 @@ fn tampered_blobs_are_refused_naming_the_digest() {
     }
     assert!(!fresh.path("deployment.json").exists(), "nothing ran");
 
+    // A registry that serves more than the manifest says is cut off at the size it gave.
+    let mut grown = bytes.clone();
+    grown.extend(std::iter::repeat_n(0u8, 1 << 20));
+    std::fs::write(&blob, &grown).expect("grow the stored layer");
+    let run = Lyra::new().run(&["inspect", pinned.as_str()]);
+    expect_failure(&run, &[&format!("blob {layer}"), "larger than its manifest says"]);
+
     // In a local layout.
     let local = layout_blob(&lyra.path("layout"), &layer);
     std::fs::write(&local, &bytes).expect("tamper with the layout's layer");
