@@ -259,14 +259,14 @@ pub async fn fetch(reference: &Reference, opts: &RegistryOptions) -> Result<Layo
         }
         let bytes = bytes.buf;
         pulled.map_err(|e| match registry_error(r, e) {
-                // Name the blob, not the manifest, as what failed.
-                Error::DigestMismatch { digest, actual, .. } => Error::DigestMismatch {
-                    digest,
-                    actual,
-                    location: location.clone(),
-                },
-                other => other,
-            })?;
+            // Name the blob, not the manifest, as what failed.
+            Error::DigestMismatch { digest, actual, .. } => Error::DigestMismatch {
+                digest,
+                actual,
+                location: location.clone(),
+            },
+            other => other,
+        })?;
         verify(&d.digest, &bytes, &location)?;
         if let Some(c) = &cache {
             c.put(&d.digest, &bytes);
@@ -307,13 +307,18 @@ impl tokio::io::AsyncWrite for Bounded {
     ) -> std::task::Poll<std::io::Result<usize>> {
         if (self.buf.len() + data.len()) as u64 > self.limit {
             self.overflowed = true;
-            return std::task::Poll::Ready(Err(std::io::Error::other("the blob is larger than its descriptor says")));
+            return std::task::Poll::Ready(Err(std::io::Error::other(
+                "the blob is larger than its descriptor says",
+            )));
         }
         self.buf.extend_from_slice(data);
         std::task::Poll::Ready(Ok(data.len()))
     }
 
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 
