@@ -13,7 +13,9 @@
 //! to `ObjectMeta`) added as the apiserver adds them. Built-in kinds get only those three
 //! fields: the emulator does not carry their real schemas.
 
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
 
@@ -21,11 +23,58 @@ use crate::registry::{Registry, ResourceType};
 
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
 
+/// A group-version's document as served: its JSON text and the hash the root lists.
+#[derive(Debug)]
+pub struct Doc {
+    pub body: String,
+    pub hash: String,
+}
+
+/// The documents built so far, by group-version, until a served kind changes. kubectl may
+/// ask for the root (whose hashes need every document) and a document for each object it
+/// applies, and they are built under the store's lock, which every other request waits for.
+#[derive(Debug, Default)]
+pub struct Cache(Mutex<HashMap<GroupVersion, Option<Arc<Doc>>>>);
+
+/// `(group, version)`; the core group is `""`.
+type GroupVersion = (String, String);
+
+impl Clone for Cache {
+    /// A copy of a registry starts with no documents: it may change apart from the original.
+    fn clone(&self) -> Cache {
+        Cache::default()
+    }
+}
+
+impl Cache {
+    /// Forgets every document (a kind was added, changed or removed).
+    pub fn clear(&mut self) {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+}
+
+/// The document of `group`/`version` with its hash, built once per change of the served kinds.
+pub fn cached_document(reg: &Registry, group: &str, version: &str) -> Option<Arc<Doc>> {
+    let key = (group.to_owned(), version.to_owned());
+    let mut cache = reg.openapi_cache().0.lock().unwrap_or_else(PoisonError::into_inner);
+    cache
+        .entry(key)
+        .or_insert_with(|| {
+            document(reg, group, version).map(|doc| {
+                Arc::new(Doc {
+                    hash: hash(&doc),
+                    body: doc.to_string(),
+                })
+            })
+        })
+        .clone()
+}
+
 /// `GET /openapi/v3`: every served group-version, each with the hash of its document.
 pub fn root(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for (group, version) in group_versions(reg) {
-        let Some(doc) = document(reg, &group, &version) else {
+        let Some(doc) = cached_document(reg, &group, &version) else {
             continue;
         };
         let p = if group.is_empty() {
@@ -33,7 +82,7 @@ pub fn root(reg: &Registry) -> Value {
         } else {
             format!("apis/{group}/{version}")
         };
-        let url = format!("/openapi/v3/{p}?hash={}", hash(&doc));
+        let url = format!("/openapi/v3/{p}?hash={}", doc.hash);
         paths.insert(p, json!({ "serverRelativeURL": url }));
     }
     json!({ "paths": paths })
@@ -363,5 +412,33 @@ mod tests {
         let core = document(&Registry::default(), "", "v1").unwrap();
         let cm = &core["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"];
         assert_eq!(cm["properties"]["kind"]["type"], "string");
+    }
+
+    /// Documents are built once and kept, but never outlive a change of the served kinds:
+    /// an added, changed or removed CRD is in the next document and the root's hash.
+    #[test]
+    fn kept_documents_follow_every_change_of_the_kinds() {
+        let mut reg = registry_with_crd();
+        let first = cached_document(&reg, "lyra.example.com", "v1").unwrap();
+        assert!(Arc::ptr_eq(
+            &first,
+            &cached_document(&reg, "lyra.example.com", "v1").unwrap()
+        ));
+        let mut t = (*reg.find("lyra.example.com", "v1", "workflows").unwrap()).clone();
+        t.kind = "Flow".to_owned();
+        reg.upsert(t);
+        let changed = cached_document(&reg, "lyra.example.com", "v1").unwrap();
+        assert_ne!(first.hash, changed.hash);
+        assert!(changed.body.contains("\"com.example.lyra.v1.Flow\""));
+        assert!(
+            root(&reg)["paths"]["apis/lyra.example.com/v1"]["serverRelativeURL"]
+                .as_str()
+                .unwrap()
+                .ends_with(&changed.hash)
+        );
+        let id = reg.find("lyra.example.com", "v1", "workflows").unwrap().id();
+        reg.remove(&id);
+        assert!(cached_document(&reg, "lyra.example.com", "v1").is_none());
+        assert!(root(&reg)["paths"]["apis/lyra.example.com/v1"].is_null());
     }
 }

@@ -121,17 +121,24 @@ impl ResourceType {
 #[derive(Debug, Clone)]
 pub struct Registry {
     types: Vec<Arc<ResourceType>>,
+    /// The OpenAPI documents of `types`, cleared whenever they change.
+    openapi: crate::openapi::Cache,
 }
 
 impl Default for Registry {
     fn default() -> Self {
         Registry {
             types: crate::builtins::builtin_types().into_iter().map(Arc::new).collect(),
+            openapi: crate::openapi::Cache::default(),
         }
     }
 }
 
 impl Registry {
+    pub fn openapi_cache(&self) -> &crate::openapi::Cache {
+        &self.openapi
+    }
+
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
         self.types
             .iter()
@@ -149,6 +156,7 @@ impl Registry {
 
     /// Adds or replaces (by group and plural) a CRD-defined kind.
     pub fn upsert(&mut self, t: ResourceType) {
+        self.openapi.clear();
         let t = Arc::new(t);
         match self
             .types
@@ -161,6 +169,7 @@ impl Registry {
     }
 
     pub fn remove(&mut self, id: &str) {
+        self.openapi.clear();
         self.types.retain(|t| t.id() != id);
     }
 

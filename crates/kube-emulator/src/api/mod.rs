@@ -40,11 +40,12 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
 /// A group-version's OpenAPI document as the apiserver serves it: at the URL with its current
 /// hash (the one the root lists), cacheable for good, which kubectl's HTTP cache honours; at a
 /// stale hash, a redirect to the current one; without a hash, not cached.
-fn openapi_response(path: &str, doc: &Value, asked: Option<&String>) -> Response {
-    let hash = crate::openapi::hash(doc);
+fn openapi_response(path: &str, doc: &crate::openapi::Doc, asked: Option<&String>) -> Response {
+    let hash = &doc.hash;
+    let body = |code| (code, [("content-type", "application/json")], doc.body.clone()).into_response();
     match asked {
-        Some(h) if *h == hash => {
-            let mut resp = json_response(StatusCode::OK, doc);
+        Some(h) if h == hash => {
+            let mut resp = body(StatusCode::OK);
             let headers = resp.headers_mut();
             headers.insert(
                 "cache-control",
@@ -61,7 +62,7 @@ fn openapi_response(path: &str, doc: &Value, asked: Option<&String>) -> Response
         )
             .into_response(),
         None => {
-            let mut resp = json_response(StatusCode::OK, doc);
+            let mut resp = body(StatusCode::OK);
             resp.headers_mut()
                 .insert("cache-control", HeaderValue::from_static("no-cache, private"));
             resp
@@ -110,7 +111,7 @@ enum Reply {
     Written(StatusCode, Written, Value),
     Watch(WatchSpec),
     /// An OpenAPI v3 document, with the caching its URL allows.
-    OpenApi(Value),
+    OpenApi(Arc<crate::openapi::Doc>),
 }
 
 /// A parsed object path: `<base>[/namespaces/<ns>]/<plural>[/<name>[/<subresource>]]`.
@@ -137,8 +138,8 @@ fn route(
     {
         let reg = &shared.lock().registry;
         let doc = match gv {
-            ["api", "v1"] => crate::openapi::document(reg, "", "v1"),
-            ["apis", g, v] => crate::openapi::document(reg, g, v),
+            ["api", "v1"] => crate::openapi::cached_document(reg, "", "v1"),
+            ["apis", g, v] => crate::openapi::cached_document(reg, g, v),
             _ => None,
         };
         return doc.map(Reply::OpenApi).ok_or_else(ApiError::no_such_path);
