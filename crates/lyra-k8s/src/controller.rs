@@ -15,6 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
@@ -152,24 +153,32 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .graceful_shutdown_on(trigger)
             .run(reconcile, error_policy, Arc::clone(&ctx))
-            .for_each(|result| async move {
-                match result {
-                    Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
-                    Err(controller::Error::ReconcilerFailed(e, obj)) if e.is_wait() => {
-                        tracing::debug!(object = %obj, "{e}");
-                    }
-                    Err(controller::Error::ReconcilerFailed(e, obj)) => {
-                        tracing::warn!(object = %obj, error = %e, "reconcile failed");
-                    }
-                    Err(controller::Error::ObjectNotFound(obj)) => {
-                        tracing::debug!(object = %obj, "object gone before its reconcile");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "controller error"),
-                }
-            })
+            .for_each(|result| async move { log_result(result) })
     });
     futures::future::join_all(controllers).await;
     interrupter.abort();
+}
+
+/// Logs what a controller did with one object: a wait for a lease is routine, a failure is
+/// a warning. Shared by `Workflow`s and registered kinds.
+pub(crate) fn log_result<K>(result: Result<(ObjectRef<K>, Action), controller::Error<Error, watcher::Error>>)
+where
+    K: Resource,
+    ObjectRef<K>: std::fmt::Display,
+{
+    match result {
+        Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
+        Err(controller::Error::ReconcilerFailed(e, obj)) if e.is_wait() => {
+            tracing::debug!(object = %obj, "{e}");
+        }
+        Err(controller::Error::ReconcilerFailed(e, obj)) => {
+            tracing::warn!(object = %obj, error = %e, "reconcile failed");
+        }
+        Err(controller::Error::ObjectNotFound(obj)) => {
+            tracing::debug!(object = %obj, "object gone before its reconcile");
+        }
+        Err(e) => tracing::warn!(error = %e, "controller error"),
+    }
 }
 
 async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Error> {

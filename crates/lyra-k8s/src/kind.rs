@@ -543,36 +543,17 @@ fn compare(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, out: &mut V
         (Some(_), None) => push("no longer restricted to an enum".to_owned(), false),
         (None, None) => {}
     }
-    bound(&mut push, "minimum", old.minimum, new.minimum, true);
-    bound(&mut push, "maximum", old.maximum, new.maximum, false);
-    bound(
-        &mut push,
-        "minimum length",
-        old.min_length.map(|v| v as f64),
-        new.min_length.map(|v| v as f64),
-        true,
-    );
-    bound(
-        &mut push,
-        "maximum length",
-        old.max_length.map(|v| v as f64),
-        new.max_length.map(|v| v as f64),
-        false,
-    );
-    bound(
-        &mut push,
-        "minimum items",
-        old.min_items.map(|v| v as f64),
-        new.min_items.map(|v| v as f64),
-        true,
-    );
-    bound(
-        &mut push,
-        "maximum items",
-        old.max_items.map(|v| v as f64),
-        new.max_items.map(|v| v as f64),
-        false,
-    );
+    let count = |v: Option<i64>| v.map(|v| v as f64);
+    for (what, old, new, lower) in [
+        ("minimum", old.minimum, new.minimum, true),
+        ("maximum", old.maximum, new.maximum, false),
+        ("minimum length", count(old.min_length), count(new.min_length), true),
+        ("maximum length", count(old.max_length), count(new.max_length), false),
+        ("minimum items", count(old.min_items), count(new.min_items), true),
+        ("maximum items", count(old.max_items), count(new.max_items), false),
+    ] {
+        bound(&mut push, what, old, new, lower);
+    }
     if old.pattern != new.pattern {
         let breaking = new.pattern.is_some();
         push(

@@ -163,16 +163,19 @@ impl Job {
             refresh_interval: spec.refresh_interval.clone(),
             deletion_policy: spec.deletion_policy,
             suspend: spec.suspend,
-            requested_at: wf
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::crd::RECONCILE_REQUESTED_AT))
-                .cloned(),
+            requested_at: requested_at(&wf.metadata),
             unavailable: None,
             key,
         })
     }
+}
+
+/// The `lyra.dev/reconcile-requested-at` annotation of any object Lyra runs.
+pub(crate) fn requested_at(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::crd::RECONCILE_REQUESTED_AT))
+        .cloned()
 }
 
 /// An event about the object, for `kubectl describe`.

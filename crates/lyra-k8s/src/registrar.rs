@@ -258,7 +258,7 @@ impl Registrar {
             let old_digest = existing.annotations().get(kind::DIGEST_ANNOTATION).cloned();
             let old_pinned = existing.annotations().get(PACKAGE_ANNOTATION).cloned();
             if old_digest.as_deref() != Some(package.digest.as_str()) {
-                let changes = kind::schema_changes(&spec_schema(existing), &spec_schema(&crd));
+                let changes = kind::schema_changes(&spec_of(existing), &spec_of(&crd));
                 let breaking: Vec<String> = changes
                     .iter()
                     .filter(|c| c.breaking)
@@ -450,17 +450,9 @@ fn api_refusal(e: kube::Error) -> Refusal {
     Refusal::Retry(Reason::PackageUnavailable, format!("Kubernetes API: {e}"))
 }
 
-/// The `spec` property of a CRD's (first version's) schema.
-fn spec_schema(crd: &CustomResourceDefinition) -> JSONSchemaProps {
-    crd.spec
-        .versions
-        .first()
-        .and_then(|v| v.schema.as_ref())
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-        .and_then(|s| s.properties.as_ref())
-        .and_then(|p| p.get("spec"))
-        .cloned()
-        .unwrap_or_default()
+/// The `spec` schema a CRD serves (empty if it has none).
+fn spec_of(crd: &CustomResourceDefinition) -> JSONSchemaProps {
+    kind::served_spec_schema(crd).cloned().unwrap_or_default()
 }
 
 fn established(crd: &CustomResourceDefinition) -> bool {
@@ -596,7 +588,12 @@ async fn reconcile_definition(def: Arc<WorkflowDefinition>, reg: Arc<Registrar>)
             }
             action
         }
-        Err(Refusal::Stalled(reason, m)) => {
+        Err(refusal) => {
+            // A stall waits for the definition to change; a retry passes by itself.
+            let (reason, m, stalled, after) = match refusal {
+                Refusal::Stalled(reason, m) => (reason, m, true, RECHECK),
+                Refusal::Retry(reason, m) => (reason, m, false, Duration::from_secs(5)),
+            };
             set_condition(
                 &mut status.conditions,
                 READY,
@@ -606,36 +603,22 @@ async fn reconcile_definition(def: Arc<WorkflowDefinition>, reg: Arc<Registrar>)
                 generation,
                 &now,
             );
-            set_condition(
-                &mut status.conditions,
-                STALLED,
-                true,
-                reason.as_str(),
-                &m,
-                generation,
-                &now,
-            );
+            if stalled {
+                set_condition(
+                    &mut status.conditions,
+                    STALLED,
+                    true,
+                    reason.as_str(),
+                    &m,
+                    generation,
+                    &now,
+                );
+            }
             if old.message.as_deref() != Some(m.as_str()) {
                 publish(true, reason, "Register", m.clone()).await;
             }
             status.message = Some(crate::status::one_line(&m));
-            Action::requeue(RECHECK)
-        }
-        Err(Refusal::Retry(reason, m)) => {
-            set_condition(
-                &mut status.conditions,
-                READY,
-                false,
-                reason.as_str(),
-                &m,
-                generation,
-                &now,
-            );
-            if old.message.as_deref() != Some(m.as_str()) {
-                publish(true, reason, "Register", m.clone()).await;
-            }
-            status.message = Some(crate::status::one_line(&m));
-            Action::requeue(Duration::from_secs(5))
+            Action::requeue(after)
         }
     };
     status.observed_generation = generation;
@@ -712,18 +695,7 @@ async fn run_kind(
             .reconcile_all_on(upgrades)
             .graceful_shutdown_on(trigger)
             .run(reconcile_instance, instance_error_policy, Arc::clone(&kind))
-            .for_each(|result| async move {
-                match result {
-                    Ok((obj, _)) => tracing::debug!(object = %obj, "reconciled"),
-                    Err(controller::Error::ReconcilerFailed(e, obj)) => {
-                        tracing::warn!(object = %obj, error = %e, "reconcile failed");
-                    }
-                    Err(controller::Error::ObjectNotFound(obj)) => {
-                        tracing::debug!(object = %obj, "object gone before its reconcile");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "controller error"),
-                }
-            })
+            .for_each(|result| async move { wiring::log_result(result) })
     });
     futures::future::join_all(controllers).await;
 }
@@ -777,12 +749,7 @@ async fn instance_job(
         refresh_interval: None,
         deletion_policy: Default::default(),
         suspend: false,
-        requested_at: obj
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(crate::crd::RECONCILE_REQUESTED_AT))
-            .cloned(),
+        requested_at: crate::reconcile::requested_at(&obj.metadata),
         unavailable: None,
     };
     let parsed = match InstanceSpec::parse(&served.main, &spec) {
