@@ -33,7 +33,8 @@ value:
   input: x
 ";
 
-fn program(sources: &mut Sources) -> Program {
+/// The resource types the test workflows use.
+fn schemas() -> SchemaRegistry {
     let mut schemas = SchemaRegistry::default();
     for name in ["Test::Thing", "Test::Other"] {
         schemas.insert(ResourceSchema::new(
@@ -44,6 +45,11 @@ fn program(sources: &mut Sources) -> Program {
             ],
         ));
     }
+    schemas
+}
+
+fn program(sources: &mut Sources) -> Program {
+    let schemas = schemas();
     let mut source = |name: &str| (name == "lib::inner").then(|| ("lib/inner.yaml".to_owned(), INNER.to_owned()));
     load(
         "main",
@@ -91,16 +97,7 @@ fn a_package_holds_its_interface_and_every_called_workflow() {
     assert_eq!(p.main().1, MAIN);
     // The package loads by itself: its calls resolve inside it.
     let mut sources = Sources::default();
-    let mut schemas = SchemaRegistry::default();
-    for name in ["Test::Thing", "Test::Other"] {
-        schemas.insert(ResourceSchema::new(
-            name,
-            vec![
-                AttributeSchema::new("input", Type::Any),
-                AttributeSchema::new("output", Type::Any).provided(),
-            ],
-        ));
-    }
+    let schemas = schemas();
     let loaded = load(&p.manifest.name, p.main(), &mut p.source(), &mut sources, &schemas);
     assert!(loaded.is_ok());
 }

@@ -34,17 +34,22 @@ fn validator(name: &str) -> jsonschema::Validator {
     jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("the schema does not compile: {e}"))
 }
 
+/// Where `doc` departs from `$defs/NAME` of the schema file (empty: it conforms). Every e2e
+/// module that checks a `-o json` document uses this one.
+pub fn schema_errors(doc: &Value, name: &str) -> Vec<String> {
+    validator(name)
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
 /// Asserts `run` printed exactly one JSON document that matches `$defs/NAME`.
 #[track_caller]
 fn conforms(run: &Run, name: &str) -> Value {
     // `from_str` refuses anything after the first document.
     let doc: Value =
         serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document: {e}\n{run}"));
-    let v = validator(name);
-    let errors: Vec<String> = v
-        .iter_errors(&doc)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
+    let errors = schema_errors(&doc, name);
     assert!(errors.is_empty(), "not a {name} document: {errors:#?}\n{run}");
     doc
 }

@@ -361,21 +361,10 @@ fn credentials_come_from_the_environment_or_the_docker_config() {
     );
 }
 
-/// A validator for one document type (`$defs/NAME` of docs/json/lyra.schema.json).
+/// Asserts `doc` matches `$defs/NAME` of docs/json/lyra.schema.json.
+#[track_caller]
 fn conforms(doc: &Value, name: &str) {
-    let path = integration_tests::workspace_dir().join("docs/json/lyra.schema.json");
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read the schema")).expect("JSON");
-    assert!(schema["$defs"][name].is_object(), "the schema has no $defs/{name}");
-    let root = serde_json::json!({
-        "$schema": schema["$schema"],
-        "$defs": schema["$defs"],
-        "$ref": format!("#/$defs/{name}"),
-    });
-    let v = jsonschema::validator_for(&root).expect("the schema compiles");
-    let errors: Vec<String> = v
-        .iter_errors(doc)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
+    let errors = super::json_output::schema_errors(doc, name);
     assert!(errors.is_empty(), "not a {name} document: {errors:#?}\n{doc:#}");
 }
 

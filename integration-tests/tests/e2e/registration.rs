@@ -118,16 +118,8 @@ fn lyra_k(c: &Cluster, args: &[&str]) -> Run {
 /// `text` as one JSON document valid against `$defs/NAME` of docs/json/lyra.schema.json.
 #[track_caller]
 fn conforms(text: &str, name: &str) -> Value {
-    let path = integration_tests::workspace_dir().join("docs/json/lyra.schema.json");
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the schema file")).expect("JSON");
-    let root =
-        serde_json::json!({"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": format!("#/$defs/{name}")});
-    let validator = jsonschema::validator_for(&root).expect("the schema compiles");
     let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not one JSON document: {e}\n{text}"));
-    let errors: Vec<String> = validator
-        .iter_errors(&doc)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
+    let errors = super::json_output::schema_errors(&doc, name);
     assert!(errors.is_empty(), "not a {name} document: {errors:#?}\n{doc:#}");
     doc
 }
