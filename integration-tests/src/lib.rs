@@ -19,8 +19,10 @@
 
 pub mod cluster;
 pub mod kubectl;
+pub mod manifests;
 pub mod postgres;
 pub mod registry;
+pub mod tools;
 
 use std::fmt;
 use std::io::Read;

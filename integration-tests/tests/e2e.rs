@@ -11,6 +11,7 @@
 mod e2e {
     mod adoption;
     mod bad_input;
+    mod chart;
     mod cli;
     mod compat;
     mod computed_attributes;
