@@ -20,6 +20,7 @@
 pub mod cluster;
 pub mod kubectl;
 pub mod manifests;
+pub mod pod;
 pub mod postgres;
 pub mod registry;
 pub mod tools;

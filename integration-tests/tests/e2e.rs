@@ -36,6 +36,7 @@ mod e2e {
     mod fencing;
     mod fuzz;
     mod guards;
+    mod helm_install;
     mod hostile_urls;
     mod json_output;
     mod kube_concurrency;

@@ -402,3 +402,54 @@ fn the_dockerfile_copies_what_exists_and_runs_the_controller_with_real_flags() {
         );
     }
 }
+
+/// The documented path: the chart is pushed to the same OCI registry as packages, and
+/// installed (here: rendered) from there.
+#[test]
+fn the_chart_is_published_to_an_oci_registry_and_used_from_there() {
+    let Some([helm3, helm4]) = tools_or_skip(
+        "the_chart_is_published_to_an_oci_registry_and_used_from_there",
+        ["helm3", "helm4"],
+    ) else {
+        return;
+    };
+    let Some(registry) = integration_tests::registry::Registry::start() else {
+        return;
+    };
+    let out = tempfile::tempdir().expect("a temporary directory");
+    let dest = out.path().to_str().expect("UTF-8 path");
+    let packaged = helm_ok(&helm3, &["package", ".", "--destination", dest]);
+    let tgz = out.path().join("lyra-0.1.0.tgz");
+    assert!(tgz.is_file(), "{packaged}");
+    let repo = registry.url("charts");
+    let pushed = helm(&helm3, &["push", tgz.to_str().expect("UTF-8"), &repo, "--plain-http"]);
+    let said = String::from_utf8_lossy(&pushed.stdout).into_owned() + &String::from_utf8_lossy(&pushed.stderr);
+    assert!(pushed.status.success(), "{said}");
+    assert!(said.contains("Digest: sha256:"), "{said}");
+    assert!(
+        registry.manifest_digest("charts/lyra", "0.1.0").is_some(),
+        "the registry has no charts/lyra:0.1.0"
+    );
+    // Both helm versions install from it (`helm template` is install's rendering).
+    let chart = registry.url("charts/lyra");
+    for helm_bin in [&helm3, &helm4] {
+        let rendered = helm_ok(
+            helm_bin,
+            &[
+                "template",
+                "lyra",
+                &chart,
+                "--version",
+                "0.1.0",
+                "--plain-http",
+                "--namespace",
+                "lyra-system",
+            ],
+        );
+        let objects = manifests::parse(&rendered);
+        find(&objects, "Deployment", "lyra");
+        assert_eq!(of_kind(&objects, "CustomResourceDefinition").count(), 2);
+        // What is packaged leaves out the CI value sets.
+        assert!(!rendered.contains("namespaced-values"));
+    }
+}
