@@ -127,8 +127,12 @@ impl Phase {
 }
 
 /// What the controller last observed and did.
+// The default makes a new object read `observedGeneration: 0` until the controller has seen
+// it: kstatus (Helm 4's `--wait`, Flux, Argo) calls an object without a status Current, so
+// without it `helm install --wait` would return before the first run.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("default" = {"observedGeneration": 0}))]
 pub struct WorkflowStatus {
     /// `Ready`, `Reconciling` and `Stalled`, kstatus style, each with `observedGeneration`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
