@@ -18,6 +18,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod cluster;
+pub mod helm;
 pub mod kubectl;
 pub mod manifests;
 pub mod pod;

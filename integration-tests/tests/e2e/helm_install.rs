@@ -4,64 +4,14 @@
 //! admission webhook rejecting invalid Workflows at `kubectl apply`; and a consumer's chart of
 //! Workflows (`examples/charts/shop`) installed, upgraded, rolled back and uninstalled.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use integration_tests::cluster::Cluster;
+use integration_tests::helm::{Helm, chart, start_replica};
 use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
-use integration_tests::pod::PodProcess;
 use integration_tests::tools::tool_or_skip;
-use integration_tests::{Value, cluster_or_skip, controller_bin, wait_until, workspace_dir};
+use integration_tests::{Value, cluster_or_skip, wait_until};
 use kube_emulator::BlockingKubeEmulator;
-
-/// The token the controller presents (a service account's, on a real cluster).
-const CONTROLLER_TOKEN: &str = "system:serviceaccount:lyra-system:lyra";
-
-/// helm bound to one kubeconfig, with homes of its own.
-struct Helm {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-    home: tempfile::TempDir,
-}
-
-impl Helm {
-    fn new(bin: PathBuf, kubeconfig: &Path) -> Helm {
-        Helm {
-            bin,
-            kubeconfig: kubeconfig.to_path_buf(),
-            home: tempfile::tempdir().expect("a temporary directory"),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> (bool, String) {
-        let out = Command::new(&self.bin)
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HELM_CACHE_HOME", self.home.path().join("cache"))
-            .env("HELM_CONFIG_HOME", self.home.path().join("config"))
-            .env("HELM_DATA_HOME", self.home.path().join("data"))
-            .output()
-            .expect("helm runs");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        (out.status.success(), text)
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let (ok, text) = self.run(args);
-        assert!(ok, "{} {args:?} failed:\n{text}", self.bin.display());
-        text
-    }
-
-    fn releases(&self, namespace: &str) -> Vec<Value> {
-        let out = self.ok(&["list", "-n", namespace, "-o", "json"]);
-        serde_json::from_str(out.trim()).expect("helm list -o json")
-    }
-}
-
-fn chart(path: &str) -> String {
-    workspace_dir().join(path).to_str().expect("UTF-8 path").to_owned()
-}
 
 fn json(kubectl: &Kubectl, args: &[&str]) -> Value {
     let mut all = args.to_vec();
@@ -69,18 +19,6 @@ fn json(kubectl: &Kubectl, args: &[&str]) -> Value {
     serde_json::from_str(&kubectl.ok(&all)).expect("kubectl prints JSON")
 }
 
-/// Points the webhook Service at the local replica, as the endpoints controller would at
-/// the pod (the emulator resolves a webhook's service through its Endpoints).
-fn route_webhook(kubectl: &Kubectl, pod: &PodProcess) {
-    let port = pod.webhook.expect("the controller serves the webhook");
-    kubectl.ok_stdin(
-        &["apply", "-f", "-"],
-        &format!(
-            "apiVersion: v1\nkind: Endpoints\nmetadata:\n  name: lyra-webhook\n  namespace: lyra-system\n\
-             subsets:\n- addresses:\n  - ip: 127.0.0.1\n  ports:\n  - name: https-webhook\n    port: {port}\n"
-        ),
-    );
-}
 
 const VALID: &str = "\
 apiVersion: lyra.dev/v1alpha1
@@ -119,17 +57,7 @@ fn controller_chart_lifecycle(helm_name: &str) {
         "--timeout=30s",
     ]);
 
-    let pod = PodProcess::start(
-        &kubectl,
-        emu.kubeconfig_path(),
-        CONTROLLER_TOKEN,
-        "lyra-system",
-        "lyra",
-        "lyra-0",
-        &controller_bin(),
-    );
-    route_webhook(&kubectl, &pod);
-    pod.wait_ready(Duration::from_secs(60));
+    let pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0");
     let config = json(&kubectl, &["get", "validatingwebhookconfiguration", "lyra"]);
     for hook in config["webhooks"].as_array().expect("webhooks") {
         assert!(
@@ -179,18 +107,8 @@ fn controller_chart_lifecycle(helm_name: &str) {
     let refused = kubectl.fails_stdin(&["apply", "-f", "-"], &VALID.replace("name: hello", "name: later"));
     assert!(refused.contains("failed calling webhook"), "{refused}");
 
-    let pod = PodProcess::start(
-        &kubectl,
-        emu.kubeconfig_path(),
-        CONTROLLER_TOKEN,
-        "lyra-system",
-        "lyra",
-        "lyra-1",
-        &controller_bin(),
-    );
+    let pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-1");
     assert!(pod.args.contains(&"--concurrency=3".to_owned()));
-    route_webhook(&kubectl, &pod);
-    pod.wait_ready(Duration::from_secs(60));
     kubectl.ok(&["wait", "--for=delete", "workflow/hello", "--timeout=60s"]);
 
     let said = helm.ok(&["uninstall", "lyra", "-n", "lyra-system"]);
