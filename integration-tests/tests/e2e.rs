@@ -9,6 +9,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod e2e {
+    mod admission;
     mod adoption;
     mod bad_input;
     mod chart;
@@ -50,6 +51,7 @@ mod e2e {
     mod packages;
     mod parallel;
     mod postgres;
+    // mod rbac;
     mod registration;
     mod secrets;
     mod sharing;

@@ -12,7 +12,7 @@ use integration_tests::{Run, Value, cluster_or_skip, registry_or_skip, run_comma
 const CRD: &str = "webapps.workflows.lyra.dev";
 
 /// Version 1: a server whose size comes from the spec, and a Sensitive password from a Secret.
-const WEBAPP_V1: &str = "\
+pub(super) const WEBAPP_V1: &str = "\
 parameters:
   replicas: {type: 'Integer[1, 4]', default: 1, doc: How many CPUs the server gets.}
   region: {type: 'Enum[eu1, eu2]', doc: Where the server runs.}
@@ -37,7 +37,7 @@ steps:
 ";
 
 /// Version 2: compatible (a new optional parameter with a default; the image changes).
-const WEBAPP_V2: &str = "\
+pub(super) const WEBAPP_V2: &str = "\
 parameters:
   replicas: {type: 'Integer[1, 4]', default: 1, doc: How many CPUs the server gets.}
   region: {type: 'Enum[eu1, eu2]', doc: Where the server runs.}
@@ -157,14 +157,14 @@ fn ready(v: &Value) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-fn site(replicas: i64) -> String {
+pub(super) fn site(replicas: i64) -> String {
     format!(
         "apiVersion: workflows.lyra.dev/v1alpha1\nkind: WebApp\nmetadata:\n  name: site\n  namespace: default\n\
          spec:\n  replicas: {replicas}\n  region: eu2\n  password:\n    secretKeyRef: {{name: db, key: password}}\n"
     )
 }
 
-fn secret() -> String {
+pub(super) fn secret() -> String {
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: default\nstringData:\n  password: {SECRET_VALUE}\n"
     )

@@ -1,0 +1,273 @@
+//! The admission webhook (issue 12): the controller's chart installed with real helm, one
+//! replica started from the Deployment helm created, and real kubectl refused at `apply` for
+//! every Workflow the engine's validator refuses, with the engine's own words. A valid one
+//! passes and goes Ready; with the controller down, deletes still go through.
+
+use std::time::Duration;
+
+use integration_tests::helm::{Helm, chart, start_replica};
+use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
+use integration_tests::tools::tool_or_skip;
+use integration_tests::wait_until;
+use kube_emulator::BlockingKubeEmulator;
+
+/// A workflow with a typed parameter, on the controller's load path as `shop::web`.
+const WEB: &str = "\
+parameters:
+  replicas: {type: 'Integer[1, 10]', lookup: replicas}
+returns: [echo]
+steps:
+  web:
+    returns:
+      echo: output
+    resource: Null::Resource
+    value:
+      input: $replicas
+";
+
+/// Valid YAML, but its two steps wait for each other: `bad::cycle`.
+const CYCLE: &str = "\
+steps:
+  web:
+    returns:
+      webID: output
+    resource: Null::Resource
+    value:
+      input: $lbID
+  lb:
+    returns:
+      lbID: output
+    resource: Null::Resource
+    value:
+      input: $webID
+";
+
+fn workflow(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{spec}"
+    )
+}
+
+/// `kubectl apply` of `manifest` is refused by the webhook; what kubectl said.
+#[track_caller]
+fn refused(kubectl: &Kubectl, manifest: &str) -> String {
+    let said = kubectl.fails_stdin(&["apply", "-f", "-"], manifest);
+    assert!(
+        said.contains("admission webhook \"workflows.validate.lyra.dev\" denied the request"),
+        "not refused by the webhook:\n{said}"
+    );
+    said
+}
+
+#[test]
+fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
+    let test = "invalid_workflows_are_refused_at_apply_with_the_engines_words";
+    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+        return;
+    };
+    let emu = BlockingKubeEmulator::start().expect("start the emulator");
+    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
+    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
+
+    // The load path comes from a ConfigMap, as an operator would ship workflow files.
+    kubectl.ok(&["create", "namespace", "lyra-system"]);
+    let web = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(web.path(), WEB).expect("write");
+    let cycle = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(cycle.path(), CYCLE).expect("write");
+    kubectl.ok(&[
+        "create",
+        "configmap",
+        "-n",
+        "lyra-system",
+        "lyra-workflows",
+        &format!("--from-file=shop.web.yaml={}", web.path().display()),
+        &format!("--from-file=bad.cycle.yaml={}", cycle.path().display()),
+    ]);
+    helm.ok(&[
+        "install",
+        "lyra",
+        &chart("charts/lyra"),
+        "-n",
+        "lyra-system",
+        "--set",
+        "workflows.configMap=lyra-workflows",
+        "--set-json",
+        r#"workflows.items=[{"key":"shop.web.yaml","path":"shop/web.yaml"},{"key":"bad.cycle.yaml","path":"bad/cycle.yaml"}]"#,
+    ]);
+    let pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0");
+
+    // A workflow that is not on the load path.
+    let said = refused(&kubectl, &workflow("nosuch", "  workflowName: no::such\n"));
+    assert!(said.contains("no::such"), "{said}");
+    // One that does not validate: the cycle is named.
+    let said = refused(&kubectl, &workflow("loop", "  workflowName: bad::cycle\n"));
+    assert!(said.contains("dependency cycle"), "{said}");
+    assert!(said.contains("lb -> web -> lb") || said.contains("web -> lb -> web"), "{said}");
+    // Data that does not type-check: the parameter is named.
+    let said = refused(
+        &kubectl,
+        &workflow("typed", "  workflowName: shop::web\n  data:\n    replicas: three\n"),
+    );
+    assert!(said.contains("replicas"), "{said}");
+    let said = refused(
+        &kubectl,
+        &workflow("big", "  workflowName: shop::web\n  data:\n    replicas: 11\n"),
+    );
+    assert!(said.contains("replicas"), "{said}");
+    // Both, or neither, of workflowName and workflow: the CRD's own rule refuses these
+    // before any webhook is asked, as an apiserver runs CEL rules first.
+    for (name, spec) in [
+        (
+            "both",
+            "  workflowName: shop::web\n  workflow:\n    steps:\n      a:\n        resource: Null::Resource\n        value: {}\n",
+        ),
+        ("neither", "  data:\n    replicas: 1\n"),
+    ] {
+        let said = kubectl.fails_stdin(&["apply", "-f", "-"], &workflow(name, spec));
+        assert!(said.contains("set exactly one of workflowName and workflow"), "{said}");
+    }
+    // An inline workflow's problem is named by its field path.
+    let said = refused(
+        &kubectl,
+        &workflow(
+            "inline",
+            "  workflow:\n    steps:\n      web:\n        resource: Null::Resource\n        value:\n          input: $nobody\n",
+        ),
+    );
+    assert!(said.contains("nobody"), "{said}");
+    assert!(said.contains("spec.workflow"), "{said}");
+    // A server-side dry run is refused the same way, and nothing refused was stored.
+    let said = kubectl.fails_stdin(
+        &["apply", "--dry-run=server", "-f", "-"],
+        &workflow("nosuch", "  workflowName: no::such\n"),
+    );
+    assert!(said.contains("denied the request"), "{said}");
+    assert!(
+        kubectl.ok(&["get", "workflows", "-o", "name"]).trim().is_empty(),
+        "a refused Workflow was stored"
+    );
+
+    // A valid Workflow passes and goes Ready; an update that breaks it is refused and the
+    // stored object keeps its valid spec.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &workflow("shop", "  workflowName: shop::web\n  data:\n    replicas: 3\n"),
+    );
+    kubectl.ok(&["wait", "--for=condition=Ready", "workflow/shop", "--timeout=60s"]);
+    let said = refused(
+        &kubectl,
+        &workflow("shop", "  workflowName: shop::web\n  data:\n    replicas: many\n"),
+    );
+    assert!(said.contains("replicas"), "{said}");
+    let stored = kubectl.ok(&["get", "workflow", "shop", "-o", "jsonpath={.spec.data.replicas}"]);
+    assert_eq!(stored.trim(), "3");
+    // Metadata changes never need the engine's approval.
+    kubectl.ok(&["label", "workflow", "shop", "team=shop"]);
+
+    // With the controller down, a delete goes through (DELETE never reaches the webhook);
+    // creating is refused, since nothing can vouch for the new object (failurePolicy: Fail).
+    drop(pod);
+    kubectl.ok(&["delete", "workflow", "shop", "--wait=false"]);
+    let said = kubectl.fails_stdin(
+        &["apply", "-f", "-"],
+        &workflow("later", "  workflowName: shop::web\n  data:\n    replicas: 1\n"),
+    );
+    assert!(said.contains("failed calling webhook"), "{said}");
+    // Back up, the controller finishes the deletion (its finalizer patch passes the webhook).
+    let _pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-1");
+    let gone = wait_until(Duration::from_secs(60), || {
+        kubectl.ok(&["get", "workflows", "-o", "name"]).trim().is_empty()
+    });
+    assert!(gone, "the deleted Workflow was not cleaned up");
+}
+
+/// The `caBundle` of the chart's webhook configuration (the first webhook's).
+fn ca_bundle(kubectl: &Kubectl) -> String {
+    kubectl
+        .ok(&[
+            "get",
+            "validatingwebhookconfiguration",
+            "lyra",
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ])
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
+    let test = "replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart";
+    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+        return;
+    };
+    let emu = BlockingKubeEmulator::start().expect("start the emulator");
+    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
+    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
+    helm.ok(&[
+        "install",
+        "lyra",
+        &chart("charts/lyra"),
+        "-n",
+        "lyra-system",
+        "--create-namespace",
+        "--set",
+        "replicaCount=2",
+    ]);
+    // Two replicas starting together race to create the certificate: one Secret, one CA, and
+    // both serve a certificate the API server trusts (each is routed to in turn).
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0"));
+        let b = s.spawn(|| start_replica(&kubectl, emu.kubeconfig_path(), "lyra-1"));
+        (a.join().expect("lyra-0"), b.join().expect("lyra-1"))
+    });
+    let ca = ca_bundle(&kubectl);
+    assert!(!ca.is_empty(), "no CA injected");
+    let secret_ca = kubectl.ok(&[
+        "get",
+        "secret",
+        "-n",
+        "lyra-system",
+        "lyra-webhook-tls",
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+    ]);
+    assert_eq!(secret_ca.trim(), ca, "the injected CA is not the Secret's");
+    for (i, pod) in [&a, &b].into_iter().enumerate() {
+        integration_tests::helm::route_webhook(&kubectl, "lyra-system", "lyra-webhook", pod);
+        let said = refused(&kubectl, &workflow("nosuch", "  workflowName: no::such\n"));
+        assert!(said.contains("no::such"), "replica {i}: {said}");
+        kubectl.ok_stdin(
+            &["apply", "-f", "-"],
+            &workflow(
+                &format!("ok-{i}"),
+                "  workflow:\n    steps:\n      a:\n        resource: Null::Resource\n        value:\n          input: x\n",
+            ),
+        );
+    }
+
+    // The certificate is replaced (here: its Secret deleted, as an operator rotating it by
+    // hand would): a new CA is made and injected, and the running replica serves the new
+    // certificate without a restart.
+    drop(b);
+    integration_tests::helm::route_webhook(&kubectl, "lyra-system", "lyra-webhook", &a);
+    kubectl.ok(&["delete", "secret", "-n", "lyra-system", "lyra-webhook-tls"]);
+    let rotated = wait_until(Duration::from_secs(60), || {
+        let now = ca_bundle(&kubectl);
+        !now.is_empty() && now != ca
+    });
+    assert!(rotated, "no new CA was injected:\n{}", a.log());
+    let served = wait_until(Duration::from_secs(30), || {
+        kubectl
+            .run_with_stdin(
+                &["apply", "-f", "-"],
+                Some(&workflow(
+                    "after",
+                    "  workflow:\n    steps:\n      a:\n        resource: Null::Resource\n        value:\n          input: y\n",
+                )),
+            )
+            .success
+    });
+    assert!(served, "the replica does not serve a certificate of the new CA:\n{}", a.log());
+}
