@@ -6,6 +6,7 @@
 //! controller holds the deployment's lease as `controller/<namespace>/<name>` while it runs,
 //! so the CLI sees (and is refused by) the controller's runs, and the other way round.
 
+pub mod admission;
 pub mod controller;
 pub mod crd;
 pub mod data;
