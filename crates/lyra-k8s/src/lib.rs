@@ -22,6 +22,7 @@ pub mod register;
 pub mod registrar;
 pub mod retry;
 pub mod status;
+pub mod webhook;
 
 pub use crd::{FINALIZER, Workflow, WorkflowSpec, WorkflowStatus, crd_yaml};
 pub use reconcile::{Job, Next, ObjectKey, ReconcileError, Reporter, Runtime, Settings, WorkflowRef};
