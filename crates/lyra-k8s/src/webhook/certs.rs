@@ -140,6 +140,10 @@ pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
 /// A new CA and a serving certificate it signed for `names`. `previous_ca` (PEM) is kept in
 /// the bundle after the new CA, so what it signed stays trusted during a rotation.
 pub fn generate(names: &[String], previous_ca: Option<&[u8]>) -> Result<Bundle, CertError> {
+    generate_valid_for(names, previous_ca, SERVING_VALIDITY)
+}
+
+fn generate_valid_for(names: &[String], previous_ca: Option<&[u8]>, validity: Duration) -> Result<Bundle, CertError> {
     let now = SystemTime::now();
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
@@ -162,7 +166,7 @@ pub fn generate(names: &[String], previous_ca: Option<&[u8]>) -> Result<Bundle, 
     serving.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     serving.use_authority_key_identifier_extension = true;
     serving.not_before = (now - BACKDATE).into();
-    serving.not_after = (now + SERVING_VALIDITY).into();
+    serving.not_after = (now + validity).into();
     let cert = serving.signed_by(&key, &issuer)?;
 
     let mut ca_pem = ca_cert.pem().into_bytes();
@@ -442,6 +446,63 @@ mod tests {
         // And only that one: bundles do not grow with each renewal.
         let again = generate(&names, Some(&renewed.ca)).unwrap();
         assert_eq!(CertificateDer::pem_slice_iter(&again.ca).count(), 2);
+    }
+
+    /// Two replicas at once against an API server: one Secret, the same bundle for both;
+    /// one expiring soon is renewed, keeping its CA in the bundle.
+    #[tokio::test]
+    async fn replicas_agree_on_one_secret_and_renew_it_before_expiry() {
+        use k8s_openapi::api::core::v1::Namespace;
+        let emu = kube_emulator::KubeEmulator::start().await.unwrap();
+        let client = Client::try_from(kube::Config::new(emu.url().parse().unwrap())).unwrap();
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some("lyra-system".into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        let managed = SelfManaged {
+            client: client.clone(),
+            namespace: "lyra-system".into(),
+            secret: "lyra-webhook-tls".into(),
+            service: "lyra-webhook".into(),
+            configuration: "lyra".into(),
+        };
+        let (a, b) = tokio::join!(managed.ensure(), managed.ensure());
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a, b, "both replicas serve the one certificate");
+        let secrets = managed.secrets();
+        let stored = secrets.get("lyra-webhook-tls").await.unwrap();
+        assert_eq!(stored.type_.as_deref(), Some("kubernetes.io/tls"));
+        assert_eq!(Bundle::from_secret(&stored).unwrap(), a);
+        assert_eq!(managed.ensure().await.unwrap(), a, "a fresh one is kept");
+
+        // Expiring in a day: renewed, with a new CA, the old one still in the bundle.
+        let names = dns_names("lyra-webhook", "lyra-system");
+        let short = generate_valid_for(&names, None, Duration::from_secs(24 * 3600)).unwrap();
+        let mut expiring = stored.clone();
+        expiring.data = Some(short.data());
+        secrets
+            .replace("lyra-webhook-tls", &PostParams::default(), &expiring)
+            .await
+            .unwrap();
+        let renewed = managed.ensure().await.unwrap();
+        assert_ne!(renewed.cert, short.cert);
+        assert!(renewed.not_after().unwrap() > SystemTime::now() + RENEW_BEFORE);
+        assert!(renewed.ca.ends_with(&short.ca), "the previous CA stays trusted");
+
+        // Another Service name: a certificate for the new names.
+        let renamed = SelfManaged {
+            service: "other".into(),
+            ..managed.clone()
+        };
+        let other = renamed.ensure().await.unwrap();
+        assert_ne!(other.cert, renewed.cert);
     }
 
     #[test]
