@@ -16,8 +16,10 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use clap::{Parser, ValueEnum};
+use lyra_k8s::admission::Admission;
 use lyra_k8s::controller::{self, Context, ControllerConfig};
 use lyra_k8s::metrics::Metrics;
+use lyra_k8s::webhook;
 use lyra_k8s::{Runtime, Settings};
 use lyra_providers::{ProvidersConfig, builtin};
 use tokio::sync::watch;
@@ -28,6 +30,7 @@ use tokio::sync::watch;
 /// objects are applied the same way (`k8s/<namespace>/<plural>.<group>/<name>`).
 #[derive(Debug, Parser)]
 #[command(name = "lyra-controller", version, max_term_width = 100)]
+#[command(group(clap::ArgGroup::new("webhook_tls").args(["webhook_cert_dir", "webhook_secret"]).multiple(false)))]
 struct Args {
     /// Where state is kept: a SQLite file or postgres://USER@HOST/DB (optionally
     /// ?schema=NAME), shared with the `lyra` CLI.
@@ -72,7 +75,8 @@ struct Args {
     /// The Lease's name.
     #[arg(long, default_value = "lyra-controller", value_name = "NAME")]
     leader_elect_lease: String,
-    /// The Lease's namespace. Default: the namespace of the kube client's context.
+    /// The controller's own namespace: the leader Lease's, and the webhook Secret's.
+    /// Default: the namespace of the kube client's context.
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
     leader_elect_namespace: Option<String>,
     /// This replica's identity in the Lease and in events. Default: hostname and process id.
@@ -86,6 +90,32 @@ struct Args {
     /// WorkflowDefinition CRD (`lyra crd`) and permission to manage CRDs.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     definitions: bool,
+    /// Serve the validating admission webhook over HTTPS here (`POST /validate/workflows`,
+    /// `/validate/workflowdefinitions`), on every replica. Needs --webhook-cert-dir or
+    /// --webhook-secret. /readyz waits for its certificate.
+    #[arg(long, value_name = "ADDR", requires = "webhook_tls")]
+    webhook_addr: Option<SocketAddr>,
+    /// The webhook's certificate from files: DIR/tls.crt and DIR/tls.key (cert-manager's
+    /// Secret, mounted), reloaded when they change.
+    #[arg(long, value_name = "DIR", requires = "webhook_addr")]
+    webhook_cert_dir: Option<PathBuf>,
+    /// Self-managed certificate: keep a CA and serving certificate in this Secret (in the
+    /// controller's namespace; made if absent, renewed 30 days before expiry) and put the
+    /// CA into --webhook-configuration.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires_all = ["webhook_addr", "webhook_service", "webhook_configuration"]
+    )]
+    webhook_secret: Option<String>,
+    /// The Service the API server reaches the webhook through (the certificate's names:
+    /// NAME.NAMESPACE.svc...). With --webhook-secret.
+    #[arg(long, value_name = "NAME", requires = "webhook_secret")]
+    webhook_service: Option<String>,
+    /// The ValidatingWebhookConfiguration whose webhooks' caBundle gets the CA. With
+    /// --webhook-secret.
+    #[arg(long, value_name = "NAME", requires = "webhook_secret")]
+    webhook_configuration: Option<String>,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -142,6 +172,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     settings.instance = Some(identity.clone());
     let runtime = Arc::new(Runtime::new(providers, store, settings, Arc::clone(&metrics)));
+    let mut registry = lyra_package::RegistryOptions::from_env();
+    registry.insecure.extend(args.insecure_registries.iter().cloned());
 
     let client = kube::Client::try_default()
         .await
@@ -155,6 +187,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map_err(anyhow::Error::msg)?;
 
     let ready = Arc::new(AtomicBool::new(false));
+    // Without a webhook there is nothing to wait for.
+    let webhook_ready = Arc::new(AtomicBool::new(args.webhook_addr.is_none()));
     let listener = tokio::net::TcpListener::bind(args.health_addr)
         .await
         .with_context(|| format!("binding {}", args.health_addr))?;
@@ -162,9 +196,25 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let server = tokio::spawn(serve(
         listener,
         Arc::clone(&metrics),
-        Arc::clone(&ready),
+        Readiness {
+            controller: Arc::clone(&ready),
+            webhook: Arc::clone(&webhook_ready),
+        },
         shutdown.clone(),
     ));
+    // Before leader election: a standby validates too.
+    let webhook = match args.webhook_addr {
+        Some(addr) => Some(start_webhook(
+            addr,
+            &args,
+            &client,
+            &runtime,
+            registry.clone(),
+            Arc::clone(&webhook_ready),
+            shutdown.clone(),
+        )?),
+        None => None,
+    };
 
     let ctx = Arc::new(Context::new(client.clone(), runtime, Some(identity.clone())));
 
@@ -197,6 +247,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         if !elected {
             drop(leader);
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            stop_webhook(webhook).await;
             server.abort();
             return Ok(ExitCode::SUCCESS);
         }
@@ -232,8 +283,6 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "controller running"
     );
     let registrar = args.definitions.then(|| {
-        let mut registry = lyra_package::RegistryOptions::from_env();
-        registry.insecure.extend(args.insecure_registries.iter().cloned());
         let registrar = Arc::new(lyra_k8s::registrar::Registrar::new(
             Arc::clone(&ctx),
             registry,
@@ -255,6 +304,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         drop(leader);
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
+    stop_webhook(webhook).await;
     server.abort();
     Ok(if lost_leadership.load(Ordering::SeqCst) {
         // Fail-stop: a controller that lost its lease must not keep going.
@@ -262,6 +312,68 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Starts the admission webhook (its certificate from --webhook-cert-dir or self-managed);
+/// it stops on `shutdown`.
+fn start_webhook(
+    addr: SocketAddr,
+    args: &Args,
+    client: &kube::Client,
+    runtime: &Arc<Runtime>,
+    registry: lyra_package::RegistryOptions,
+    ready: Arc<AtomicBool>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let source = match (&args.webhook_cert_dir, &args.webhook_secret) {
+        (Some(dir), _) => webhook::Source::Dir(dir.clone()),
+        (None, Some(secret)) => webhook::Source::SelfManaged(webhook::SelfManaged {
+            client: client.clone(),
+            namespace: args
+                .leader_elect_namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_owned()),
+            secret: secret.clone(),
+            // clap requires both with --webhook-secret.
+            service: args.webhook_service.clone().unwrap_or_default(),
+            configuration: args.webhook_configuration.clone().unwrap_or_default(),
+        }),
+        (None, None) => anyhow::bail!("--webhook-addr needs --webhook-cert-dir or --webhook-secret"),
+    };
+    let mut admission = Admission::new(Arc::clone(runtime));
+    if args.definitions {
+        admission = admission.with_definitions(client.clone(), registry);
+    }
+    let admission = Arc::new(admission);
+    Ok(tokio::spawn(async move {
+        if let Err(e) = webhook::run(addr, source, admission, ready, shutdown).await {
+            // Readiness stays false: the pod is taken out of the Service, and says why.
+            tracing::error!(error = %e, "the admission webhook stopped");
+        }
+    }))
+}
+
+/// Waits (briefly) for the webhook to finish the requests in flight.
+async fn stop_webhook(webhook: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(task) = webhook
+        && tokio::time::timeout(Duration::from_secs(6), task).await.is_err()
+    {
+        tracing::warn!("the webhook did not stop in time");
+    }
+}
+
+/// What /readyz reports: ready once the controller runs (or stands by) and the webhook, if
+/// any, serves its certificate.
+#[derive(Clone)]
+struct Readiness {
+    controller: Arc<AtomicBool>,
+    webhook: Arc<AtomicBool>,
+}
+
+impl Readiness {
+    fn ready(&self) -> bool {
+        self.controller.load(Ordering::SeqCst) && self.webhook.load(Ordering::SeqCst)
+    }
 }
 
 /// The first SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
@@ -282,15 +394,15 @@ async fn signals(tx: watch::Sender<bool>) {
 async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
+    ready: Readiness,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/readyz",
-            get(|State((_, ready)): State<(Arc<Metrics>, Arc<AtomicBool>)>| async move {
-                if ready.load(Ordering::SeqCst) {
+            get(|State((_, ready)): State<(Arc<Metrics>, Readiness)>| async move {
+                if ready.ready() {
                     (StatusCode::OK, "ok\n")
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
@@ -299,18 +411,16 @@ async fn serve(
         )
         .route(
             "/metrics",
-            get(
-                |State((metrics, _)): State<(Arc<Metrics>, Arc<AtomicBool>)>| async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        metrics.encode(),
-                    )
-                        .into_response()
-                },
-            ),
+            get(|State((metrics, _)): State<(Arc<Metrics>, Readiness)>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.encode(),
+                )
+                    .into_response()
+            }),
         )
         .with_state((metrics, ready));
     let stopped = async move {
@@ -338,5 +448,54 @@ mod tests {
     fn cli_is_well_formed() {
         use clap::CommandFactory;
         Args::command().debug_assert();
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(["lyra-controller"].iter().chain(extra))
+    }
+
+    #[test]
+    fn the_webhook_takes_exactly_one_certificate_source() {
+        // As the chart passes them, in each mode.
+        let managed = parse(&[
+            "--webhook-addr=0.0.0.0:9443",
+            "--webhook-secret=lyra-webhook-tls",
+            "--webhook-service=lyra-webhook",
+            "--webhook-configuration=lyra",
+        ])
+        .unwrap();
+        assert_eq!(managed.webhook_secret.as_deref(), Some("lyra-webhook-tls"));
+        let files = parse(&[
+            "--webhook-addr=0.0.0.0:9443",
+            "--webhook-cert-dir=/etc/lyra/webhook-tls",
+        ])
+        .unwrap();
+        assert!(files.webhook_cert_dir.is_some());
+        assert!(parse(&[]).unwrap().webhook_addr.is_none());
+
+        for wrong in [
+            &["--webhook-addr=0.0.0.0:9443"][..],
+            &[
+                "--webhook-addr=0.0.0.0:9443",
+                "--webhook-cert-dir=/d",
+                "--webhook-secret=s",
+                "--webhook-service=x",
+                "--webhook-configuration=c",
+            ],
+            &["--webhook-addr=0.0.0.0:9443", "--webhook-secret=s"],
+            &[
+                "--webhook-addr=0.0.0.0:9443",
+                "--webhook-secret=s",
+                "--webhook-service=x",
+            ],
+            &["--webhook-cert-dir=/d"],
+            &[
+                "--webhook-addr=0.0.0.0:9443",
+                "--webhook-cert-dir=/d",
+                "--webhook-service=x",
+            ],
+        ] {
+            assert!(parse(wrong).is_err(), "{wrong:?} was taken");
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! controller holds the deployment's lease as `controller/<namespace>/<name>` while it runs,
 //! so the CLI sees (and is refused by) the controller's runs, and the other way round.
 
+pub mod admission;
 pub mod controller;
 pub mod crd;
 pub mod data;
@@ -21,6 +22,7 @@ pub mod register;
 pub mod registrar;
 pub mod retry;
 pub mod status;
+pub mod webhook;
 
 pub use crd::{FINALIZER, Workflow, WorkflowSpec, WorkflowStatus, crd_yaml};
 pub use reconcile::{Job, Next, ObjectKey, ReconcileError, Reporter, Runtime, Settings, WorkflowRef};

@@ -16,11 +16,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use lyra_core::diag::{Diagnostics, Sources};
 use lyra_core::engine::{Engine, EngineError, Quiet};
+use lyra_core::model::ParamSource;
 use lyra_core::program::Program;
 use lyra_core::provider::Providers;
 use lyra_core::report::{Action, Report, Status};
+use lyra_core::secret::Secrets;
 use lyra_core::state::{Outcome, Recorder, StoreError, StoreErrorKind};
-use lyra_core::value::Value;
+use lyra_core::value::{Map, Value};
 use lyra_host::LoadPath;
 use lyra_state::lease::{self, LeaseError, LeaseOptions, Leased};
 use lyra_state::{Lease, Store};
@@ -484,25 +486,15 @@ impl Runtime {
                 .await;
         }
         // Load and validate before touching anything: bad input is terminal.
-        let mut sources = Sources::default();
-        let mut origin = Origin::of(job);
-        let (name, program) = match self.load(job, &mut sources, &mut origin) {
-            Ok(loaded) => loaded,
+        let Prepared {
+            name,
+            program,
+            data,
+            sources,
+            origin,
+        } = match self.prepare(job).await {
+            Ok(prepared) => prepared,
             Err(failure) => return self.fail(job, t, failure, Phase::Failed, false).await,
-        };
-        let data = match crate::data::expand(job.data.as_ref()) {
-            Ok(d) => d,
-            Err(m) => {
-                return self
-                    .fail(
-                        job,
-                        t,
-                        Failure::new(Reason::InvalidData, origin.with_data_notes(m)),
-                        Phase::Failed,
-                        false,
-                    )
-                    .await;
-            }
         };
         let deployment = job.key.deployment();
         let owner = job.key.owner();
@@ -753,6 +745,54 @@ impl Runtime {
             true,
         )
         .await
+    }
+
+    /// A job's input, loaded and checked: the workflow found, read and valid, the data
+    /// expanded and bound to the top-level parameters. The one judgement of input, shared by
+    /// a run and by admission ([`crate::admission`]), so an object the webhook lets in is one
+    /// the reconciler does not stall, and the other way round. `Err` is terminal.
+    pub(crate) async fn prepare(&self, job: &Job) -> Result<Prepared, Failure> {
+        let mut sources = Sources::default();
+        let mut origin = Origin::of(job);
+        let (name, program) = self.load(job, &mut sources, &mut origin)?;
+        let data = crate::data::expand(job.data.as_ref())
+            .map_err(|m| Failure::new(Reason::InvalidData, origin.with_data_notes(m)))?;
+        self.bind_parameters(&program, &job.key.deployment(), &data, &sources, &origin)
+            .await?;
+        Ok(Prepared {
+            name,
+            program,
+            data,
+            sources,
+            origin,
+        })
+    }
+
+    /// Binds the data to the workflow's top-level parameters as a run does, by the engine's
+    /// own code: a plan against [`BindOnly`], which ends it at its first read of the state,
+    /// the step right after binding. So a data problem is found before the lease is taken
+    /// (and without one, at admission). Sensitive values never reach the message.
+    async fn bind_parameters(
+        &self,
+        program: &Program,
+        deployment: &str,
+        data: &Map,
+        sources: &Sources,
+        origin: &Origin,
+    ) -> Result<(), Failure> {
+        let cancel = AtomicBool::new(false);
+        let engine = self.engine(&BindOnly, sources, &cancel);
+        match engine.plan(program, deployment, data).await {
+            Err(EngineError::Input(d)) => {
+                let text = origin.with_data_notes(diagnostics_text(&d, sources, origin));
+                Err(Failure::new(
+                    Reason::InvalidData,
+                    sensitive_data(program, data).scrub(&text),
+                ))
+            }
+            // `BindOnly`'s refusal: the parameters are bound.
+            _ => Ok(()),
+        }
     }
 
     /// Resolves and validates the workflow. `Err((reason, message))` is terminal.
@@ -1366,6 +1406,67 @@ pub fn diagnostics_text(d: &Diagnostics, sources: &Sources, origin: &Origin) -> 
         lines.push(note);
     }
     lines.join("\n")
+}
+
+/// What [`Runtime::prepare`] found: what a run needs.
+pub(crate) struct Prepared {
+    pub name: String,
+    pub program: Program,
+    pub data: Map,
+    pub sources: Sources,
+    pub origin: Origin,
+}
+
+/// A state that ends a run at its first read (which comes right after the top-level
+/// parameters are bound) and takes no write: see [`Runtime::bind_parameters`].
+struct BindOnly;
+
+impl BindOnly {
+    fn refuse() -> StoreError {
+        StoreError::new(StoreErrorKind::Unavailable, "only the parameters are bound")
+    }
+}
+
+#[async_trait]
+impl Recorder for BindOnly {
+    fn store_id(&self) -> &str {
+        ""
+    }
+    async fn load(&self, _: &str) -> Result<Option<lyra_core::state::DeploymentState>, StoreError> {
+        Err(BindOnly::refuse())
+    }
+    async fn begin_run(&self, _: &lyra_core::state::RunStart) -> Result<lyra_core::state::RunId, StoreError> {
+        Err(BindOnly::refuse())
+    }
+    async fn put_resource(&self, _: &str, _: &lyra_core::state::ResourceRecord) -> Result<(), StoreError> {
+        Err(BindOnly::refuse())
+    }
+    async fn remove_resource(&self, _: &str, _: &str) -> Result<(), StoreError> {
+        Err(BindOnly::refuse())
+    }
+    async fn finish_run(&self, _: lyra_core::state::RunId, _: &lyra_core::state::RunEnd) -> Result<(), StoreError> {
+        Err(BindOnly::refuse())
+    }
+}
+
+/// The values the data gives the workflow's Sensitive parameters: a type error about one
+/// would otherwise quote it.
+fn sensitive_data(program: &Program, data: &Map) -> Secrets {
+    let mut secrets = Secrets::default();
+    for p in &program.main.root.params {
+        if !p.ty.as_ref().is_some_and(lyra_core::types::Type::is_sensitive) {
+            continue;
+        }
+        let key = match &p.source {
+            ParamSource::Lookup(key) => key.as_str(),
+            ParamSource::Implicit => p.name.as_str(),
+            ParamSource::Value(_) => continue,
+        };
+        if let Some(v) = lyra_core::engine::lookup(data, key) {
+            secrets.add(v);
+        }
+    }
+    secrets
 }
 
 /// Why a lease was not taken.

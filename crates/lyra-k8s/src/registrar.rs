@@ -63,9 +63,8 @@ struct KindHandle {
 /// The definition reconciler's shared state: the kinds served by this process.
 pub struct Registrar {
     ctx: Arc<Context>,
-    registry: RegistryOptions,
     kinds: Mutex<HashMap<String, KindHandle>>,
-    packages: Mutex<HashMap<String, Arc<Package>>>,
+    packages: Packages,
     /// Where objects of registered kinds are watched, and how many are reconciled at once,
     /// as for `Workflow`s.
     config: ControllerConfig,
@@ -88,7 +87,7 @@ enum Registered {
 }
 
 /// Why a registration is not (yet) served.
-enum Refusal {
+pub(crate) enum Refusal {
     /// Terminal until the definition (or the cluster) changes.
     Stalled(Reason, String),
     /// Will pass by itself; try again.
@@ -105,9 +104,8 @@ impl Registrar {
     ) -> Registrar {
         Registrar {
             ctx,
-            registry,
             kinds: Mutex::new(HashMap::new()),
-            packages: Mutex::new(HashMap::new()),
+            packages: Packages::new(registry),
             config,
             shutdown,
         }
@@ -155,26 +153,6 @@ impl Registrar {
         }
     }
 
-    /// The package a pinned reference names, pulled once per digest.
-    async fn package(&self, reference: &Reference) -> Result<Arc<Package>, Refusal> {
-        let digest = lyra_package::resolve_digest(reference, &self.registry)
-            .await
-            .map_err(package_refusal)?;
-        if let Some(p) = self.packages.lock().expect("packages lock").get(&digest) {
-            return Ok(Arc::clone(p));
-        }
-        let package = Arc::new(
-            lyra_package::resolve(&reference.pinned(&digest), &self.registry)
-                .await
-                .map_err(package_refusal)?,
-        );
-        self.packages
-            .lock()
-            .expect("packages lock")
-            .insert(package.digest.clone(), Arc::clone(&package));
-        Ok(package)
-    }
-
     /// Registers (or upgrades) the definition's kind; fills in `status` as it goes.
     async fn register(
         &self,
@@ -184,101 +162,34 @@ impl Registrar {
         let name = def.name_any();
         let spec = &def.spec;
         let crd_name = spec.crd_name();
-        // Renaming would leave the old kind's objects without a controller: refused.
-        if let Some(registered) = &status.crd_name
-            && *registered != crd_name
-        {
-            return Err(Refusal::Stalled(
-                Reason::InvalidSpec,
-                format!(
-                    "this definition registered {registered}; its kind, plural and group cannot change (to {crd_name}); register the new kind with a definition of its own"
-                ),
-            ));
-        }
+        check_names_kept(def, status)?;
         // A tag is resolved once: later reconciles of the same generation use the pin.
         let text = match &status.package {
             Some(pinned) if status.observed_generation == def.metadata.generation => pinned.clone(),
             _ => spec.package.clone(),
         };
-        let reference = Reference::parse(&text)
-            .map_err(|e| Refusal::Stalled(Reason::InvalidPackage, format!("spec.package: {e}")))?;
-        let package = self.package(&reference).await?;
+        let reference = parse_reference(&text)?;
+        let package = self.packages.get(&reference).await?;
         let pinned = reference.pinned(&package.digest).to_string();
         status.package = Some(pinned.clone());
         let main = load(&package, &self.ctx.runtime)?;
-        let mut names = KindNames::new(&spec.kind, Some(spec.group()));
-        names.plural = spec.plural.clone();
-        if let Some(s) = &spec.singular {
-            names.singular = s.clone();
-        }
-        names.short_names = spec.short_names.clone();
-        for c in &spec.categories {
-            if !names.categories.contains(c) {
-                names.categories.push(c.clone());
-            }
-        }
-        let info = PackageInfo {
-            definition: name.clone(),
-            digest: package.digest.clone(),
-            version: package.manifest.version.clone(),
-        };
-        let mut crd = kind::generate_crd(&names, &main, &info)
-            .map_err(|e| Refusal::Stalled(Reason::InvalidPackage, format!("package {pinned}: {e}")))?;
-        crd.metadata.name = Some(crd_name.clone());
-        crd.metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(PACKAGE_ANNOTATION.to_owned(), pinned.clone());
+        let crd = desired_crd(def, &package, &main, &pinned)?;
 
         let crds: Api<CustomResourceDefinition> = Api::all(self.client());
         let existing = crds.get_opt(&crd_name).await.map_err(api_refusal)?;
         if let Some(existing) = &existing {
-            let owner = existing.annotations().get(OWNER_ANNOTATION);
-            match owner {
-                Some(o) if *o == name => {}
-                Some(o) => {
-                    return Err(Refusal::Stalled(
-                        Reason::KindTaken,
-                        format!(
-                            "kind {} ({crd_name}) is already registered by WorkflowDefinition {o}; choose another kind, plural or group, or delete {o} first",
-                            spec.kind
-                        ),
-                    ));
-                }
-                None => {
-                    return Err(Refusal::Stalled(
-                        Reason::KindTaken,
-                        format!(
-                            "CustomResourceDefinition {crd_name} exists and was not made by Lyra; choose another plural or group"
-                        ),
-                    ));
-                }
-            }
-            // The same digest under another tag is no change.
+            check_owner(def, existing)?;
             let old_digest = existing.annotations().get(kind::DIGEST_ANNOTATION).cloned();
             let old_pinned = existing.annotations().get(PACKAGE_ANNOTATION).cloned();
-            if old_digest.as_deref() != Some(package.digest.as_str()) {
-                let changes = kind::schema_changes(&spec_of(existing), &spec_of(&crd));
-                let breaking: Vec<String> = changes
-                    .iter()
-                    .filter(|c| c.breaking)
-                    .map(|c| format!("{}: {}", c.path, c.description))
-                    .collect();
+            if let Some(changes) = schema_changes(existing, &crd, &package) {
+                let breaking = breaking_lines(&changes);
                 if !breaking.is_empty() && !allows_breaking(def) {
                     status.breaking_changes = breaking.clone();
                     // The kind keeps being served from the package its CRD was made from.
                     if let Some(old) = old_pinned {
                         self.serve_from_crd(&name, existing, &old).await;
                     }
-                    return Err(Refusal::Stalled(
-                        Reason::BreakingChange,
-                        format!(
-                            "the upgrade to {pinned} breaks the schema of kind {} ({} change(s)): {}; to apply it anyway, annotate the definition with lyra.dev/allow-breaking=true (or run lyra register --allow-breaking)",
-                            spec.kind,
-                            breaking.len(),
-                            breaking.join("; ")
-                        ),
-                    ));
+                    return Err(breaking_refusal(def, &pinned, &breaking));
                 }
                 status.last_schema_change = Some(SchemaChangeSummary {
                     time: Time(Timestamp::now()),
@@ -327,7 +238,7 @@ impl Registrar {
         let Ok(reference) = Reference::parse(pinned) else {
             return;
         };
-        let Ok(package) = self.package(&reference).await else {
+        let Ok(package) = self.packages.get(&reference).await else {
             return;
         };
         let Ok(main) = load(&package, &self.ctx.runtime) else {
@@ -413,8 +324,156 @@ impl Registrar {
     }
 }
 
+/// Packages pulled through a registry, kept by digest (a digest is its content).
+pub(crate) struct Packages {
+    registry: RegistryOptions,
+    cache: Mutex<HashMap<String, Arc<Package>>>,
+}
+
+impl Packages {
+    pub(crate) fn new(registry: RegistryOptions) -> Packages {
+        Packages {
+            registry,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The package a reference names (a tag is asked for each time), pulled once per digest.
+    pub(crate) async fn get(&self, reference: &Reference) -> Result<Arc<Package>, Refusal> {
+        let digest = lyra_package::resolve_digest(reference, &self.registry)
+            .await
+            .map_err(package_refusal)?;
+        if let Some(p) = self.cache.lock().expect("packages lock").get(&digest) {
+            return Ok(Arc::clone(p));
+        }
+        let package = Arc::new(
+            lyra_package::resolve(&reference.pinned(&digest), &self.registry)
+                .await
+                .map_err(package_refusal)?,
+        );
+        self.cache
+            .lock()
+            .expect("packages lock")
+            .insert(package.digest.clone(), Arc::clone(&package));
+        Ok(package)
+    }
+}
+
+// The checks of a registration, each a pure function of the definition, its package and the
+// CRD served: the registrar applies what passes them, admission refuses what does not.
+
+/// A definition's kind, plural and group cannot change once registered: the old kind's
+/// objects would be left without a controller.
+pub(crate) fn check_names_kept(def: &WorkflowDefinition, status: &WorkflowDefinitionStatus) -> Result<(), Refusal> {
+    let crd_name = def.spec.crd_name();
+    match &status.crd_name {
+        Some(registered) if *registered != crd_name => Err(Refusal::Stalled(
+            Reason::InvalidSpec,
+            format!(
+                "this definition registered {registered}; its kind, plural and group cannot change (to {crd_name}); register the new kind with a definition of its own"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `spec.package` (or its pin) as a reference.
+pub(crate) fn parse_reference(text: &str) -> Result<Reference, Refusal> {
+    Reference::parse(text).map_err(|e| Refusal::Stalled(Reason::InvalidPackage, format!("spec.package: {e}")))
+}
+
+/// The CRD the definition registers with `package` (pinned as `pinned`), whose main workflow
+/// is `main`.
+pub(crate) fn desired_crd(
+    def: &WorkflowDefinition,
+    package: &Package,
+    main: &Model,
+    pinned: &str,
+) -> Result<CustomResourceDefinition, Refusal> {
+    let spec = &def.spec;
+    let mut names = KindNames::new(&spec.kind, Some(spec.group()));
+    names.plural = spec.plural.clone();
+    if let Some(s) = &spec.singular {
+        names.singular = s.clone();
+    }
+    names.short_names = spec.short_names.clone();
+    for c in &spec.categories {
+        if !names.categories.contains(c) {
+            names.categories.push(c.clone());
+        }
+    }
+    let info = PackageInfo {
+        definition: def.name_any(),
+        digest: package.digest.clone(),
+        version: package.manifest.version.clone(),
+    };
+    let mut crd = kind::generate_crd(&names, main, &info)
+        .map_err(|e| Refusal::Stalled(Reason::InvalidPackage, format!("package {pinned}: {e}")))?;
+    crd.metadata.name = Some(spec.crd_name());
+    crd.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(PACKAGE_ANNOTATION.to_owned(), pinned.to_owned());
+    Ok(crd)
+}
+
+/// A CRD of that name exists: it must be this definition's.
+pub(crate) fn check_owner(def: &WorkflowDefinition, existing: &CustomResourceDefinition) -> Result<(), Refusal> {
+    let crd_name = def.spec.crd_name();
+    match existing.annotations().get(OWNER_ANNOTATION) {
+        Some(o) if *o == def.name_any() => Ok(()),
+        Some(o) => Err(Refusal::Stalled(
+            Reason::KindTaken,
+            format!(
+                "kind {} ({crd_name}) is already registered by WorkflowDefinition {o}; choose another kind, plural or group, or delete {o} first",
+                def.spec.kind
+            ),
+        )),
+        None => Err(Refusal::Stalled(
+            Reason::KindTaken,
+            format!(
+                "CustomResourceDefinition {crd_name} exists and was not made by Lyra; choose another plural or group"
+            ),
+        )),
+    }
+}
+
+/// How serving `crd` (from `package`) would change the schema `existing` serves; `None` when
+/// `existing` was made from the same digest (the same digest under another tag is no change).
+pub(crate) fn schema_changes(
+    existing: &CustomResourceDefinition,
+    crd: &CustomResourceDefinition,
+    package: &Package,
+) -> Option<Vec<kind::SchemaChange>> {
+    let old_digest = existing.annotations().get(kind::DIGEST_ANNOTATION);
+    (old_digest.map(String::as_str) != Some(package.digest.as_str()))
+        .then(|| kind::schema_changes(&spec_of(existing), &spec_of(crd)))
+}
+
+/// The breaking changes among `changes`, as `path: what`.
+pub(crate) fn breaking_lines(changes: &[kind::SchemaChange]) -> Vec<String> {
+    changes
+        .iter()
+        .filter(|c| c.breaking)
+        .map(|c| format!("{}: {}", c.path, c.description))
+        .collect()
+}
+
+/// The refusal of an upgrade to `pinned` that breaks the kind's schema.
+pub(crate) fn breaking_refusal(def: &WorkflowDefinition, pinned: &str, breaking: &[String]) -> Refusal {
+    Refusal::Stalled(
+        Reason::BreakingChange,
+        format!(
+            "the upgrade to {pinned} breaks the schema of kind {} ({} change(s)): {}; to apply it anyway, annotate the definition with lyra.dev/allow-breaking=true (or run lyra register --allow-breaking)",
+            def.spec.kind,
+            breaking.len(),
+            breaking.join("; ")
+        ),
+    )
+}
+
 /// Loads and validates the package's main workflow (calls resolve within the package).
-fn load(package: &Package, runtime: &crate::reconcile::Runtime) -> Result<Arc<Model>, Refusal> {
+pub(crate) fn load(package: &Package, runtime: &crate::reconcile::Runtime) -> Result<Arc<Model>, Refusal> {
     let mut sources = Sources::default();
     lyra_core::program::load(
         &package.manifest.name,
