@@ -40,10 +40,17 @@
 //!   the server (`fieldValidation`). The root lists each document at a URL with a hash of
 //!   it, served as cacheable for good (a stale hash redirects), so kubectl caches documents
 //!   and still sees a CRD created, updated or deleted.
-//! - Built-in `v1` Namespaces (with termination), ConfigMaps, Secrets (`stringData`),
-//!   ServiceAccounts (a `default` one per namespace), Events, `coordination.k8s.io/v1` Leases,
-//!   and `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
-//!   `NamesAccepted`) and drop its objects when deleted.
+//! - Built-in `v1` Namespaces (with termination, and the `kubernetes.io/metadata.name` label
+//!   the apiserver sets), ConfigMaps, Secrets (`stringData`), ServiceAccounts (a `default` one
+//!   per namespace), Events, Services (a cluster IP, `type`, ports' `targetPort` and
+//!   `protocol` defaulted), Endpoints, PersistentVolumeClaims, `apps/v1` Deployments
+//!   (generation, status subresource, `replicas` and `strategy` defaulted),
+//!   `rbac.authorization.k8s.io/v1` (Cluster)Roles and (Cluster)RoleBindings,
+//!   `admissionregistration.k8s.io/v1` Validating and Mutating WebhookConfigurations,
+//!   `networking.k8s.io/v1` NetworkPolicies, `coordination.k8s.io/v1` Leases, and
+//!   `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
+//!   `NamesAccepted`) and drop its objects when deleted. So `helm install` of a controller's
+//!   chart (Deployment, Service, RBAC, webhook configuration, NetworkPolicy) is accepted.
 //! - `events.k8s.io/v1` Events as a second view of the core Events, as on a real apiserver:
 //!   one storage in the core form, renamed fields converted on every read and write. So what
 //!   kube-rs's `Recorder` writes shows in `kubectl describe` and `kubectl get events`, and
@@ -100,8 +107,10 @@
 //! - Field selectors accept any dotted path (a real apiserver allows a per-kind list);
 //!   list `resourceVersion`/`resourceVersionMatch` are ignored (lists are always current),
 //!   continue tokens are not snapshots, bookmarks are sent only after `sendInitialEvents`.
-//! - Protobuf only for what `kubectl create namespace|configmap|secret|serviceaccount` sends
-//!   (responses are JSON); no `/openapi/v2` (kubectl asks for it only as protobuf), no aggregated
+//! - Built-in kinds are stored as given: no controllers run (a Deployment gets no pods or
+//!   status, a Service no Endpoints), and RBAC objects grant nothing.
+//! - Protobuf only for what `kubectl create namespace|configmap|secret|serviceaccount` and
+//!   helm's release storage send (Secrets, `DeleteOptions`); responses are JSON; no `/openapi/v2` (kubectl asks for it only as protobuf), no aggregated
 //!   discovery, no scale subresource, no YAML request bodies (kubectl and kube-rs send JSON).
 //!
 //! # How it is built

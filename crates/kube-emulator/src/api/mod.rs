@@ -89,6 +89,12 @@ pub async fn handle(
         }
         Err(e) => return ApiError::bad_request(format!("reading the request body: {e}")).into_response(),
     };
+    tracing::debug!(
+        %method,
+        path = uri.path(),
+        content_type = ?headers.get("content-type"),
+        "request"
+    );
     match route(&shared, &method, &uri, &params, &headers, &body) {
         Ok(Reply::Json(code, v)) => json_response(code, &v),
         Ok(Reply::Written(code, w, served)) => {
@@ -196,12 +202,12 @@ fn route(
             written(&target, code, w)
         }
         ("DELETE", true) => {
-            let del = delete_options(body, params)?;
+            let del = delete_options(body, params, content_type)?;
             let (ns, name) = named(&target);
             let gone = shared.write(|s| s.delete(&target.rt, &ns, &name, &del, opts.dry_run))?;
             Ok(Reply::Json(StatusCode::OK, serve(&target, &gone)))
         }
-        ("DELETE", false) => delete_collection(shared, &target, params, body, opts.dry_run),
+        ("DELETE", false) => delete_collection(shared, &target, params, body, content_type, opts.dry_run),
         _ => Err(ApiError::method_not_allowed()),
     }
 }
@@ -321,9 +327,13 @@ fn nesting_exceeds(body: &[u8], limit: usize) -> Option<usize> {
     None
 }
 
-fn delete_options(body: &Bytes, params: &Params) -> Result<DeleteOptions, ApiError> {
+fn delete_options(body: &Bytes, params: &Params, content_type: &str) -> Result<DeleteOptions, ApiError> {
     let mut opts = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
+    } else if content_type.contains("protobuf") {
+        // Helm's typed client deletes its release Secrets with a protobuf `DeleteOptions`.
+        let v = crate::protobuf::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))?;
+        DeleteOptions::from_body(&v)
     } else {
         DeleteOptions::from_body(&parse_json(body)?)
     };
@@ -356,10 +366,11 @@ fn delete_collection(
     t: &Target,
     params: &Params,
     body: &Bytes,
+    content_type: &str,
     dry_run: bool,
 ) -> Result<Reply, ApiError> {
     let (labels, fields) = selectors(params)?;
-    let del = delete_options(body, params)?;
+    let del = delete_options(body, params, content_type)?;
     let id = t.rt.store_id();
     let deleted = shared.write(|s| {
         let keys: Vec<(String, String)> = s
