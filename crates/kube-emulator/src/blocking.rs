@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::audit::AuditRecord;
 use crate::server::{Config, KubeEmulator, Shared};
 
 /// A [`KubeEmulator`] on a runtime thread of its own, for synchronous tests. Dropping it
@@ -84,6 +85,23 @@ impl BlockingKubeEmulator {
         self.shared
             .as_ref()
             .map_or(0, |s| s.active_watches.load(Ordering::SeqCst))
+    }
+
+    /// Every request served so far, oldest first (see [`AuditRecord`]).
+    pub fn requests(&self) -> Vec<AuditRecord> {
+        self.shared.as_ref().map_or_else(Vec::new, |s| s.audit.all())
+    }
+
+    /// The requests of one user: a bearer token, or [`crate::ANONYMOUS_ADMIN`].
+    pub fn requests_by(&self, user: &str) -> Vec<AuditRecord> {
+        self.shared.as_ref().map_or_else(Vec::new, |s| s.requests_by(user))
+    }
+
+    /// Forgets the requests recorded so far.
+    pub fn clear_requests(&self) {
+        if let Some(s) = &self.shared {
+            s.audit.clear();
+        }
     }
 
     /// Blocks until at least `n` watches are open (a kubectl `get -w` or `wait` is listening),

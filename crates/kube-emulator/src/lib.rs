@@ -40,10 +40,17 @@
 //!   the server (`fieldValidation`). The root lists each document at a URL with a hash of
 //!   it, served as cacheable for good (a stale hash redirects), so kubectl caches documents
 //!   and still sees a CRD created, updated or deleted.
-//! - Built-in `v1` Namespaces (with termination), ConfigMaps, Secrets (`stringData`),
-//!   ServiceAccounts (a `default` one per namespace), Events, `coordination.k8s.io/v1` Leases,
-//!   and `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
-//!   `NamesAccepted`) and drop its objects when deleted.
+//! - Built-in `v1` Namespaces (with termination, and the `kubernetes.io/metadata.name` label
+//!   the apiserver sets), ConfigMaps, Secrets (`stringData`), ServiceAccounts (a `default` one
+//!   per namespace), Events, Services (a cluster IP, `type`, ports' `targetPort` and
+//!   `protocol` defaulted), Endpoints, PersistentVolumeClaims, `apps/v1` Deployments
+//!   (generation, status subresource, `replicas` and `strategy` defaulted),
+//!   `rbac.authorization.k8s.io/v1` (Cluster)Roles and (Cluster)RoleBindings,
+//!   `admissionregistration.k8s.io/v1` Validating and Mutating WebhookConfigurations,
+//!   `networking.k8s.io/v1` NetworkPolicies, `coordination.k8s.io/v1` Leases, and
+//!   `apiextensions.k8s.io/v1` CRDs, which register their kind at once (`Established`,
+//!   `NamesAccepted`) and drop its objects when deleted. So `helm install` of a controller's
+//!   chart (Deployment, Service, RBAC, webhook configuration, NetworkPolicy) is accepted.
 //! - `events.k8s.io/v1` Events as a second view of the core Events, as on a real apiserver:
 //!   one storage in the core form, renamed fields converted on every read and write. So what
 //!   kube-rs's `Recorder` writes shows in `kubectl describe` and `kubectl get events`, and
@@ -69,6 +76,24 @@
 //!   `Warning` naming it (a real apiserver refuses such a CRD), and a rule using what the `cel`
 //!   crate lacks (`cel.bind`, `sortBy`, two-variable comprehensions) is skipped with a log line
 //!   (`tracing`): there the emulator accepts what a real server refuses.
+//! - Validating admission webhooks (`ValidatingWebhookConfiguration`), called as the apiserver
+//!   calls them: after the server's own admission (the object as it would be stored), with
+//!   the store's lock released (a webhook may call the API), for CREATE, UPDATE and DELETE
+//!   (each object of a collection delete) and subresources a rule names (`x/status`);
+//!   `rules` (groups, versions, operations, resources with `*`, `*/*`, `x/*`, scope),
+//!   `namespaceSelector` (against the namespace's labels), `objectSelector` (object or old
+//!   object), `matchPolicy` (`Equivalent`: another served version of the kind); an
+//!   `admission.k8s.io/v1` `AdmissionReview` POSTed over HTTPS (ring's rustls) to
+//!   `clientConfig.url` or `.service`, which resolves through the Service's port to its
+//!   `targetPort` and the address of its Endpoints (an Endpoints object alone will do), the
+//!   certificate verified against `caBundle` for `<service>.<namespace>.svc`;
+//!   `timeoutSeconds`; `failurePolicy`; refusals, failures and `warnings` answered with the
+//!   apiserver's messages and codes. Webhook configurations are never sent to webhooks.
+//! - An audit of every request by user ([`KubeEmulator::requests`], [`AuditRecord`]): a bearer
+//!   token is taken as the user's name (no authentication), no token is
+//!   [`ANONYMOUS_ADMIN`]; resource requests are described as RBAC sees them (verb, group,
+//!   resource, subresource, namespace, name), discovery and other non-resource requests by
+//!   their path.
 //! - Background ownerReference garbage collection when an owner is deleted.
 //! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
 //!   `RequestEntityTooLarge`, once the body is read: up to 48 MiB, beyond that at once),
@@ -84,8 +109,11 @@
 //!   [`KubeEmulator::start`] should do the same if its tests store deep objects.
 //!
 //! # What it does not do
-//! - No authentication, authorization (RBAC), TLS, admission webhooks, ValidatingAdmission
-//!   policies, or schema validation of built-in kinds; CRD schemas ignore `format`,
+//! - No authentication, authorization (RBAC), TLS, mutating admission webhooks (their
+//!   configurations are stored, never called), ValidatingAdmissionPolicies, or schema
+//!   validation of built-in kinds; validating webhooks are sent only `admission.k8s.io/v1`
+//!   reviews, an empty `caBundle` trusts nothing (the system's roots are not consulted), and a
+//!   DELETE's webhook warnings are dropped; CRD schemas ignore `format`,
 //!   `uniqueItems` and list-type uniqueness. No validation ratcheting: an update is checked
 //!   whole, even fields it leaves unchanged. CEL's cost budget is not enforced.
 //! - Built-in kinds publish only `apiVersion`, `kind` and `metadata` in `/openapi/v3`: `kubectl
@@ -100,8 +128,10 @@
 //! - Field selectors accept any dotted path (a real apiserver allows a per-kind list);
 //!   list `resourceVersion`/`resourceVersionMatch` are ignored (lists are always current),
 //!   continue tokens are not snapshots, bookmarks are sent only after `sendInitialEvents`.
-//! - Protobuf only for what `kubectl create namespace|configmap|secret|serviceaccount` sends
-//!   (responses are JSON); no `/openapi/v2` (kubectl asks for it only as protobuf), no aggregated
+//! - Built-in kinds are stored as given: no controllers run (a Deployment gets no pods or
+//!   status, a Service no Endpoints), and RBAC objects grant nothing.
+//! - Protobuf only for what `kubectl create namespace|configmap|secret|serviceaccount` and
+//!   helm's release storage send (Secrets, `DeleteOptions`); responses are JSON; no `/openapi/v2` (kubectl asks for it only as protobuf), no aggregated
 //!   discovery, no scale subresource, no YAML request bodies (kubectl and kube-rs send JSON).
 //!
 //! # How it is built
@@ -112,6 +142,8 @@
 //!   (`errors`, worded as the apiserver words them). `discovery` serves the discovery and
 //!   health documents, `openapi` the OpenAPI ones, `watch` the watch streams, `protobuf` reads the few protobuf bodies
 //!   kubectl sends.
+//! - `api::admit` puts the validating webhooks (`webhooks`: matching, service resolution, the
+//!   calls) between a write's dry run and the write; `audit` records every request.
 //! - `objects`: what a write means, independent of HTTP, one concern a module (create, update,
 //!   patch, the status subresource, delete, cascades, admission, size limits). `store`: the
 //!   objects, the global resourceVersion and the event log watches replay.
@@ -122,6 +154,7 @@
 //!   the JSONPath subset those columns use.
 
 mod api;
+mod audit;
 mod blocking;
 mod builtins;
 mod crd;
@@ -139,8 +172,10 @@ mod server;
 mod store;
 mod table;
 mod watch;
+mod webhooks;
 
 pub use api::MAX_JSON_DEPTH;
+pub use audit::{ANONYMOUS_ADMIN, AuditRecord};
 pub use blocking::BlockingKubeEmulator;
 
 /// The stack of the server's threads in [`BlockingKubeEmulator`] and the binary: enough for

@@ -47,6 +47,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         port: args.port,
         kubeconfig: Some(args.kubeconfig),
         event_log_capacity: args.event_log_capacity,
+        ..Config::default()
     };
     let emu = KubeEmulator::start_with(config).await?;
     eprintln!(

@@ -1,8 +1,9 @@
 //! Just enough Kubernetes protobuf to read what kubectl's generator commands
-//! (`kubectl create namespace|configmap|secret|serviceaccount`) POST: they use the typed
+//! (`kubectl create namespace|configmap|secret|serviceaccount`) POST and what helm's release
+//! storage sends (Secrets, and the `DeleteOptions` of their DELETE): they use the typed
 //! client, which sends only `application/vnd.kubernetes.protobuf` and does not fall back to
-//! JSON on 415. Everything else kubectl and kube-rs send is JSON. Responses are always JSON
-//! (kubectl accepts that).
+//! JSON on 415. Everything else kubectl, helm and kube-rs send is JSON. Responses are always
+//! JSON (those clients accept that).
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
@@ -14,6 +15,7 @@ const MAGIC: &[u8] = b"k8s\0";
 enum Ty {
     Str,
     Bool,
+    Int,
     Msg(&'static [Field]),
     MapStr,
     MapBytes,
@@ -53,12 +55,13 @@ const OWNER_REFERENCE: &[Field] = &[
     f(7, "blockOwnerDeletion", Ty::Bool),
 ];
 
-// Server-owned fields (uid, resourceVersion, timestamps, managedFields) are not read: the
-// server sets them on create.
+// Server-owned fields (uid, timestamps, managedFields) are not read: the server sets them.
+// The resourceVersion is: it is an update's precondition (helm's PUT of a release Secret).
 const OBJECT_META: &[Field] = &[
     f(1, "name", Ty::Str),
     f(2, "generateName", Ty::Str),
     f(3, "namespace", Ty::Str),
+    f(6, "resourceVersion", Ty::Str),
     f(11, "labels", Ty::MapStr),
     f(12, "annotations", Ty::MapStr),
     rep(13, "ownerReferences", Ty::Msg(OWNER_REFERENCE)),
@@ -102,6 +105,17 @@ const SERVICE_ACCOUNT: &[Field] = &[
     rep(2, "secrets", Ty::Msg(OBJECT_REFERENCE)),
     rep(3, "imagePullSecrets", Ty::Msg(LOCAL_OBJECT_REFERENCE)),
     f(4, "automountServiceAccountToken", Ty::Bool),
+];
+
+const PRECONDITIONS: &[Field] = &[f(1, "uid", Ty::Str), f(2, "resourceVersion", Ty::Str)];
+
+/// What helm's typed client sends with a DELETE of its release Secrets.
+const DELETE_OPTIONS: &[Field] = &[
+    f(1, "gracePeriodSeconds", Ty::Int),
+    f(2, "preconditions", Ty::Msg(PRECONDITIONS)),
+    f(3, "orphanDependents", Ty::Bool),
+    f(4, "propagationPolicy", Ty::Str),
+    rep(5, "dryRun", Ty::Str),
 ];
 
 struct Reader<'a> {
@@ -192,6 +206,8 @@ fn message(b: &[u8], fields: &[Field]) -> Result<Value, String> {
         let value = match (field.ty, wire) {
             (Ty::Str, 2) => json!(text(r.bytes()?)?),
             (Ty::Bool, 0) => json!(r.varint()? != 0),
+            // int64 as a two's complement varint.
+            (Ty::Int, 0) => json!(r.varint()? as i64),
             (Ty::Msg(inner), 2) => message(r.bytes()?, inner)?,
             (Ty::MapStr | Ty::MapBytes, 2) => {
                 let (k, v) = map_entry(r.bytes()?, matches!(field.ty, Ty::MapBytes))?;
@@ -236,6 +252,8 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "Secret") => SECRET,
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
+        // Options are encoded at `meta.k8s.io/v1` or at the group-version of the request.
+        (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => {
             return Err(format!(
                 "protobuf bodies of {api_version} {kind} are not supported; send JSON"
@@ -276,5 +294,17 @@ mod tests {
             json!({"metadata": {"name": "settings", "labels": {"app": "lyra"}}, "data": {"a": "1"},
                 "apiVersion": "v1", "kind": "ConfigMap"})
         );
+    }
+
+    #[test]
+    fn decodes_helms_delete_options() {
+        let preconditions = field(2, &field(1, b"u-1"));
+        let raw = [preconditions, field(4, b"Background"), vec![(1 << 3), 5]].concat();
+        let type_meta = [field(1, b"meta.k8s.io/v1"), field(2, b"DeleteOptions")].concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
+        let obj = decode(&body).unwrap();
+        assert_eq!(obj["propagationPolicy"], "Background");
+        assert_eq!(obj["preconditions"]["uid"], "u-1");
+        assert_eq!(obj["gracePeriodSeconds"], 5);
     }
 }

@@ -20,6 +20,10 @@ pub enum Special {
     Namespace,
     Secret,
     Crd,
+    /// Defaults clients read back (`replicas`, `strategy`).
+    Deployment,
+    /// A cluster IP, `type`, and each port's `protocol` and `targetPort`.
+    Service,
 }
 
 /// Where a kind's objects live.

@@ -72,6 +72,32 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// A `metav1.LabelSelector` (`matchLabels`, `matchExpressions`), as webhooks' namespace
+    /// and object selectors give it; a missing one matches everything.
+    pub fn from_json(v: &Value) -> Result<LabelSelector, String> {
+        let mut reqs = Vec::new();
+        for (k, v) in v["matchLabels"].as_object().into_iter().flatten() {
+            reqs.push(LabelReq::Eq(k.clone(), v.as_str().unwrap_or_default().into()));
+        }
+        for e in v["matchExpressions"].as_array().into_iter().flatten() {
+            let key = e["key"].as_str().unwrap_or_default().to_string();
+            let values: Vec<String> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            reqs.push(match e["operator"].as_str() {
+                Some("In") => LabelReq::In(key, values),
+                Some("NotIn") => LabelReq::NotIn(key, values),
+                Some("Exists") => LabelReq::Exists(key),
+                Some("DoesNotExist") => LabelReq::NotExists(key),
+                other => return Err(format!("{other:?} is not a valid label selector operator")),
+            });
+        }
+        Ok(LabelSelector(reqs))
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels");
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);

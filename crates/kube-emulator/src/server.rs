@@ -14,6 +14,7 @@ use axum::serve::ListenerExt as _;
 use tokio::sync::watch as signal;
 
 use crate::api;
+use crate::audit::AuditRecord;
 use crate::errors::ApiError;
 use crate::objects::State;
 
@@ -27,6 +28,8 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// How many events the log keeps for watches to replay.
     pub event_log_capacity: usize,
+    /// How many requests the audit keeps ([`KubeEmulator::requests`]); the oldest go first.
+    pub audit_capacity: usize,
 }
 
 impl Default for Config {
@@ -35,6 +38,7 @@ impl Default for Config {
             port: 0,
             kubeconfig: None,
             event_log_capacity: 100_000,
+            audit_capacity: 1_000_000,
         }
     }
 }
@@ -47,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: signal::Sender<bool>,
     /// Open watch streams, so tests can wait until a client is listening.
     pub(crate) active_watches: AtomicUsize,
+    /// Every request, by user (apart from the state's lock: recording never waits for a write).
+    pub(crate) audit: crate::audit::Log,
 }
 
 impl std::fmt::Debug for Shared {
@@ -56,6 +62,10 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    pub(crate) fn requests_by(&self, user: &str) -> Vec<AuditRecord> {
+        self.audit.all().into_iter().filter(|r| r.user == user).collect()
+    }
+
     /// The state; a panic in another request must not wedge the server, so poison is ignored.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -144,6 +154,7 @@ impl KubeEmulator {
             notify: signal::channel(0).0,
             shutdown: signal::channel(false).0,
             active_watches: AtomicUsize::new(0),
+            audit: crate::audit::Log::new(config.audit_capacity),
         });
         let app = Router::new()
             .fallback(api::handle)
@@ -193,6 +204,21 @@ impl KubeEmulator {
     /// How many watch streams are open now.
     pub fn active_watches(&self) -> usize {
         self.shared.active_watches.load(Ordering::SeqCst)
+    }
+
+    /// Every request served so far, oldest first (see [`AuditRecord`]).
+    pub fn requests(&self) -> Vec<AuditRecord> {
+        self.shared.audit.all()
+    }
+
+    /// The requests of one user: a bearer token, or [`crate::ANONYMOUS_ADMIN`].
+    pub fn requests_by(&self, user: &str) -> Vec<AuditRecord> {
+        self.shared.requests_by(user)
+    }
+
+    /// Forgets the requests recorded so far.
+    pub fn clear_requests(&self) {
+        self.shared.audit.clear();
     }
 
     /// Stops accepting connections, ends every watch, and waits (up to 5 s) for open requests.

@@ -21,6 +21,14 @@ enum Source {
     EventLastSeen,
     /// The object's name, for kinds that do not show it first.
     Name,
+    /// `<a>/<b>` of two counts, missing ones 0 (a Deployment's READY).
+    Ratio(JsonPath, JsonPath),
+    /// A Service's PORT(S): `443/TCP,80:30080/TCP`.
+    ServicePorts,
+    /// An Endpoints object's ENDPOINTS: `10.0.0.1:8443,10.0.0.2:8443`.
+    Endpoints,
+    /// A binding's ROLE: `ClusterRole/<name>`.
+    RoleRef,
 }
 
 /// One printer column.
@@ -80,6 +88,23 @@ impl Column {
         let mut c = Column::new("Name", "string", Source::Name);
         c.priority = 1;
         c
+    }
+
+    pub fn ratio(name: &str, a: &str, b: &str) -> Column {
+        let p = |x| JsonPath::parse(x).expect("built-in column paths parse");
+        Column::new(name, "string", Source::Ratio(p(a), p(b)))
+    }
+
+    pub fn service_ports() -> Column {
+        Column::new("Port(s)", "string", Source::ServicePorts)
+    }
+
+    pub fn endpoints() -> Column {
+        Column::new("Endpoints", "string", Source::Endpoints)
+    }
+
+    pub fn role_ref() -> Column {
+        Column::new("Role", "string", Source::RoleRef)
     }
 
     pub fn involved_object(name: &str, field: &str) -> Column {
@@ -158,6 +183,52 @@ impl Column {
                 None => Value::String("<unknown>".into()),
             },
             Source::Name => obj["metadata"]["name"].clone(),
+            Source::Ratio(a, b) => {
+                let n = |p: &JsonPath| p.select(obj).first().and_then(|v| v.as_i64()).unwrap_or(0);
+                json!(format!("{}/{}", n(a), n(b)))
+            }
+            Source::ServicePorts => {
+                let ports: Vec<String> = obj["spec"]["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        let proto = p["protocol"].as_str().unwrap_or("TCP");
+                        match p["nodePort"].as_i64() {
+                            Some(node) => format!("{}:{node}/{proto}", p["port"]),
+                            None => format!("{}/{proto}", p["port"]),
+                        }
+                    })
+                    .collect();
+                json!(if ports.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    ports.join(",")
+                })
+            }
+            Source::Endpoints => {
+                let mut all = Vec::new();
+                for subset in obj["subsets"].as_array().into_iter().flatten() {
+                    for a in subset["addresses"].as_array().into_iter().flatten() {
+                        for p in subset["ports"].as_array().into_iter().flatten() {
+                            all.push(format!("{}:{}", a["ip"].as_str().unwrap_or_default(), p["port"]));
+                        }
+                    }
+                }
+                json!(if all.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    all.join(",")
+                })
+            }
+            Source::RoleRef => {
+                let r = &obj["roleRef"];
+                json!(format!(
+                    "{}/{}",
+                    r["kind"].as_str().unwrap_or_default(),
+                    r["name"].as_str().unwrap_or_default()
+                ))
+            }
             Source::Reference(field) => {
                 let r = &obj[field.as_str()];
                 let kind = r["kind"].as_str().unwrap_or_default().to_lowercase();

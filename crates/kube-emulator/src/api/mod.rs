@@ -2,6 +2,7 @@
 //! with discovery documents, objects, lists, Tables, watches or `Status` errors. Writes go to
 //! `objects`; reads are in `read`.
 
+mod admit;
 mod read;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use crate::objects::{DeleteOptions, FieldValidation, PatchKind, Subresource, Wri
 use crate::registry::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::watch::{self, WatchSpec};
+use admit::Review;
 
 /// The apiserver's `MaxRequestBodyBytes`: bodies over 3 MiB are refused before decoding.
 pub const REQUEST_BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -89,7 +91,14 @@ pub async fn handle(
         }
         Err(e) => return ApiError::bad_request(format!("reading the request body: {e}")).into_response(),
     };
-    match route(&shared, &method, &uri, &params, &headers, &body) {
+    tracing::debug!(
+        %method,
+        path = uri.path(),
+        content_type = ?headers.get("content-type"),
+        "request"
+    );
+    let user = crate::audit::user(&headers);
+    let resp = match route(&shared, &method, &uri, &params, &headers, &body, &user).await {
         Ok(Reply::Json(code, v)) => json_response(code, &v),
         Ok(Reply::Written(code, w, served)) => {
             let mut resp = json_response(code, &served);
@@ -100,10 +109,18 @@ pub async fn handle(
             }
             resp
         }
-        Ok(Reply::Watch(spec)) => watch::start(shared, spec),
+        Ok(Reply::Watch(spec)) => watch::start(shared.clone(), spec),
         Ok(Reply::OpenApi(doc)) => openapi_response(uri.path(), &doc, params.get("hash")),
         Err(e) => e.into_response(),
-    }
+    };
+    shared.audit.push(crate::audit::describe(
+        &method,
+        uri.path(),
+        &params,
+        user,
+        resp.status().as_u16(),
+    ));
+    resp
 }
 
 enum Reply {
@@ -115,7 +132,7 @@ enum Reply {
 }
 
 /// A parsed object path: `<base>[/namespaces/<ns>]/<plural>[/<name>[/<subresource>]]`.
-struct Target {
+pub(crate) struct Target {
     rt: Arc<ResourceType>,
     version: String,
     namespace: Option<String>,
@@ -123,13 +140,14 @@ struct Target {
     sub: Subresource,
 }
 
-fn route(
+async fn route(
     shared: &Shared,
     method: &Method,
     uri: &Uri,
     params: &Params,
     headers: &HeaderMap,
     body: &Bytes,
+    user: &str,
 ) -> Result<Reply, ApiError> {
     let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     if *method == Method::GET
@@ -177,31 +195,43 @@ fn route(
                 return Err(ApiError::method_not_allowed());
             }
             let obj = parse_body()?;
-            let w = shared.write(|s| s.create(&target.rt, &target.version, &ns, obj, opts))?;
+            let review = Review::new(&target, user, options("CreateOptions", params));
+            let w = admit::write(shared, &target, review, opts, |s, opts, pinned| {
+                s.create(&target.rt, &target.version, &ns, pinned_name(&obj, pinned), opts)
+            })
+            .await?;
             written(&target, StatusCode::CREATED, w)
         }
         ("PUT", true) => {
             let obj = parse_body()?;
             let (ns, name) = named(&target);
-            let w = shared.write(|s| s.update(&target.rt, &target.version, &ns, &name, obj, target.sub, opts))?;
+            let review = Review::new(&target, user, options("UpdateOptions", params));
+            let w = admit::write(shared, &target, review, opts, |s, opts, _| {
+                s.update(&target.rt, &target.version, &ns, &name, obj.clone(), target.sub, opts)
+            })
+            .await?;
             written(&target, StatusCode::OK, w)
         }
         ("PATCH", true) => {
             let kind = PatchKind::from_content_type(content_type).ok_or_else(ApiError::unsupported_media_type)?;
             let patch = parse_json(body)?;
             let (ns, name) = named(&target);
-            let w =
-                shared.write(|s| s.patch(&target.rt, &target.version, &ns, &name, kind, &patch, target.sub, opts))?;
+            let review = Review::new(&target, user, options("PatchOptions", params));
+            let w = admit::write(shared, &target, review, opts, |s, opts, _| {
+                s.patch(&target.rt, &target.version, &ns, &name, kind, &patch, target.sub, opts)
+            })
+            .await?;
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
             written(&target, code, w)
         }
         ("DELETE", true) => {
-            let del = delete_options(body, params)?;
+            let (del, del_json) = delete_options(body, params, content_type)?;
             let (ns, name) = named(&target);
-            let gone = shared.write(|s| s.delete(&target.rt, &ns, &name, &del, opts.dry_run))?;
+            let review = Review::new(&target, user, del_json);
+            let gone = admit::delete(shared, &target, review, &ns, &name, &del, opts.dry_run).await?;
             Ok(Reply::Json(StatusCode::OK, serve(&target, &gone)))
         }
-        ("DELETE", false) => delete_collection(shared, &target, params, body, opts.dry_run),
+        ("DELETE", false) => delete_collection(shared, &target, params, body, content_type, opts.dry_run, user).await,
         _ => Err(ApiError::method_not_allowed()),
     }
 }
@@ -321,16 +351,56 @@ fn nesting_exceeds(body: &[u8], limit: usize) -> Option<usize> {
     None
 }
 
-fn delete_options(body: &Bytes, params: &Params) -> Result<DeleteOptions, ApiError> {
-    let mut opts = if body.iter().all(u8::is_ascii_whitespace) {
-        DeleteOptions::default()
+/// A DELETE's options, and their JSON form (what webhooks are sent as `options`).
+fn delete_options(body: &Bytes, params: &Params, content_type: &str) -> Result<(DeleteOptions, Value), ApiError> {
+    let mut v = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else if content_type.contains("protobuf") {
+        // Helm's typed client deletes its release Secrets with a protobuf `DeleteOptions`.
+        crate::protobuf::decode(body).map_err(|e| ApiError::new(415, "UnsupportedMediaType", e))?
     } else {
-        DeleteOptions::from_body(&parse_json(body)?)
+        parse_json(body)?
     };
-    if params.get("propagationPolicy").is_some_and(|p| p == "Orphan") {
-        opts.orphan = true;
+    let mut opts = DeleteOptions::from_body(&v);
+    if let Some(p) = params.get("propagationPolicy") {
+        opts.orphan |= p == "Orphan";
+        v["propagationPolicy"] = json!(p);
     }
-    Ok(opts)
+    if v.is_object() {
+        v["kind"] = json!("DeleteOptions");
+        v["apiVersion"] = json!("meta.k8s.io/v1");
+    }
+    Ok((opts, v))
+}
+
+/// A write's options as webhooks are sent them.
+fn options(kind: &str, params: &Params) -> Value {
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if let Some(m) = params.get("fieldManager") {
+        o["fieldManager"] = json!(m);
+    }
+    if params.get("dryRun").is_some_and(|v| v == "All") {
+        o["dryRun"] = json!(["All"]);
+    }
+    if kind == "PatchOptions" && is_true(params.get("force")) {
+        o["force"] = json!(true);
+    }
+    o
+}
+
+/// A create's body with the name its dry run generated, so the webhooks review the object
+/// stored (`generateName` would draw another).
+fn pinned_name(obj: &Value, pinned: Option<&str>) -> Value {
+    let mut obj = obj.clone();
+    if let Some(name) = pinned
+        && obj.is_object()
+    {
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        obj["metadata"]["name"] = json!(name);
+    }
+    obj
 }
 
 /// The object at the requested version (objects are stored once, whatever version wrote them).
@@ -351,32 +421,37 @@ fn selectors(params: &Params) -> Result<(LabelSelector, FieldSelector), ApiError
     Ok((labels, fields))
 }
 
-fn delete_collection(
+/// Each selected object deleted as by its own DELETE (webhooks see one review each).
+async fn delete_collection(
     shared: &Shared,
     t: &Target,
     params: &Params,
     body: &Bytes,
+    content_type: &str,
     dry_run: bool,
+    user: &str,
 ) -> Result<Reply, ApiError> {
     let (labels, fields) = selectors(params)?;
-    let del = delete_options(body, params)?;
+    let (del, del_json) = delete_options(body, params, content_type)?;
     let id = t.rt.store_id();
-    let deleted = shared.write(|s| {
-        let keys: Vec<(String, String)> = s
-            .store
-            .list(&id, t.namespace.as_deref())
-            .map(|o| t.rt.view(o))
-            .filter(|o| labels.matches(o) && fields.matches(o))
-            .map(|o| crate::store::key_of(&o))
-            .collect();
-        let mut deleted = Vec::new();
-        for (ns, name) in keys {
-            if let Ok(obj) = s.delete(&t.rt, &ns, &name, &del, dry_run) {
-                deleted.push(serve(t, &obj));
-            }
+    let keys: Vec<(String, String)> = shared
+        .lock()
+        .store
+        .list(&id, t.namespace.as_deref())
+        .map(|o| t.rt.view(o))
+        .filter(|o| labels.matches(o) && fields.matches(o))
+        .map(|o| crate::store::key_of(&o))
+        .collect();
+    let mut deleted = Vec::new();
+    for (ns, name) in keys {
+        let review = Review::new(t, user, del_json.clone());
+        match admit::delete(shared, t, review, &ns, &name, &del, dry_run).await {
+            Ok(obj) => deleted.push(serve(t, &obj)),
+            // Gone meanwhile: nothing to delete.
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
         }
-        Ok(deleted)
-    })?;
+    }
     let rv = shared.lock().store.current_rv();
     Ok(Reply::Json(
         StatusCode::OK,

@@ -40,6 +40,64 @@ fn validate_name(rt: &ResourceType, name: &str) -> Option<FieldError> {
     None
 }
 
+/// What the apiserver fills in on a Service: its `type`, a cluster IP (kept across updates),
+/// and each port's `protocol` and `targetPort` (the port itself, when not given), which a
+/// webhook's `service` reference is resolved through.
+fn service_defaults(obj: &mut Value, old: Option<&Value>) {
+    if !obj["spec"].is_object() {
+        obj["spec"] = json!({});
+    }
+    let spec = &mut obj["spec"];
+    if spec["type"].as_str().is_none_or(str::is_empty) {
+        spec["type"] = json!("ClusterIP");
+    }
+    if spec["sessionAffinity"].is_null() {
+        spec["sessionAffinity"] = json!("None");
+    }
+    if spec["type"] != "ExternalName" && spec["clusterIP"].as_str().is_none_or(str::is_empty) {
+        let ip = match old.and_then(|o| o["spec"]["clusterIP"].as_str()) {
+            Some(ip) => ip.to_owned(),
+            None => {
+                // A random address in the default service range.
+                let uid = uuid::Uuid::new_v4();
+                let b = uid.as_bytes();
+                format!("10.96.{}.{}", b[0], b[1].max(1))
+            }
+        };
+        spec["clusterIP"] = json!(ip);
+        spec["clusterIPs"] = json!([ip]);
+    }
+    for port in spec["ports"].as_array_mut().into_iter().flatten() {
+        if port["protocol"].is_null() {
+            port["protocol"] = json!("TCP");
+        }
+        if port["targetPort"].is_null() {
+            port["targetPort"] = port["port"].clone();
+        }
+    }
+}
+
+/// The Deployment defaults clients read back (`kubectl rollout`, helm's readiness checks).
+fn deployment_defaults(obj: &mut Value) {
+    if !obj["spec"].is_object() {
+        obj["spec"] = json!({});
+    }
+    let spec = &mut obj["spec"];
+    for (key, value) in [
+        ("replicas", json!(1)),
+        ("revisionHistoryLimit", json!(10)),
+        ("progressDeadlineSeconds", json!(600)),
+        (
+            "strategy",
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+        ),
+    ] {
+        if spec[key].is_null() {
+            spec[key] = value;
+        }
+    }
+}
+
 /// Everything every write does to the new object: kind-specific defaults, pruning,
 /// defaulting and validation against the version's schema. Returns the `Warning`s to send.
 pub(super) fn admit(
@@ -72,7 +130,15 @@ pub(super) fn admit(
             }
             let terminating = old.is_some_and(|o| o["status"]["phase"] == "Terminating");
             obj["status"]["phase"] = json!(if terminating { "Terminating" } else { "Active" });
+            // The apiserver sets it on every write: namespaceSelectors match namespaces by name
+            // with it.
+            if !obj["metadata"]["labels"].is_object() {
+                obj["metadata"]["labels"] = json!({});
+            }
+            obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
         }
+        Special::Service => service_defaults(obj, old),
+        Special::Deployment => deployment_defaults(obj),
         Special::Crd => {
             crd::apply_defaults(obj);
             match crd::resource_type(obj) {

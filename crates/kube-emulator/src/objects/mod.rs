@@ -143,7 +143,7 @@ impl State {
 /// A cluster with one CRD, `workflows.lyra.example.com` (status subresource, `spec.replicas`
 /// at most 5), for the tests of every write.
 #[cfg(test)]
-fn state_with_crd() -> (State, Arc<ResourceType>) {
+pub(crate) fn state_with_crd() -> (State, Arc<ResourceType>) {
     let mut s = State::new(1000);
     let crd_type = s
         .registry

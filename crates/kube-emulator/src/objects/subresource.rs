@@ -12,10 +12,10 @@ pub enum Subresource {
     Status,
 }
 
-/// Whether the main endpoint of `rt` leaves `.status` alone: custom resources with the
-/// subresource (built-in kinds with special handling set their status themselves).
+/// Whether the main endpoint of `rt` leaves `.status` alone: kinds with the subresource,
+/// but Namespaces and CRDs, whose status the server itself sets on every write.
 pub(super) fn status_is_separate(rt: &ResourceType) -> bool {
-    rt.status_subresource && rt.special == Special::None
+    rt.status_subresource && !matches!(rt.special, Special::Namespace | Special::Crd)
 }
 
 /// `to` with the status of `from` (none, if `from` has none).
