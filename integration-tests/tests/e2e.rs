@@ -51,7 +51,7 @@ mod e2e {
     mod packages;
     mod parallel;
     mod postgres;
-    // mod rbac;
+    mod rbac;
     mod registration;
     mod secrets;
     mod sharing;

@@ -1,0 +1,219 @@
+//! The chart's RBAC is exactly what the controller calls (issue 12): the chart installed with
+//! real helm (two replicas, so leader election is on), one replica started from the rendered
+//! Deployment, and every feature exercised: a Workflow applied and deleted, the webhook's
+//! certificate made and its CA injected, a package registered as a kind, an object of that
+//! kind waiting for its Secret, an upgrade, deletions. The emulator records every API call by
+//! user; each call the controller made must be allowed by the rules the chart installed, and
+//! every rule must be used by some call.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use integration_tests::helm::{CONTROLLER_USER, Helm, chart, start_replica};
+use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
+use integration_tests::tools::tool_or_skip;
+use integration_tests::{Lyra, Value, registry_or_skip, wait_until};
+use kube_emulator::{AuditRecord, BlockingKubeEmulator};
+
+use super::registration::{WEBAPP_V1, WEBAPP_V2, secret, site};
+
+/// One RBAC rule where it applies: cluster-wide (a ClusterRole) or in one namespace (a Role).
+#[derive(Debug)]
+struct Rule {
+    namespace: Option<String>,
+    groups: Vec<String>,
+    resources: Vec<String>,
+    names: Vec<String>,
+    verbs: Vec<String>,
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+/// The rules bound to the controller's service account, as installed.
+fn installed_rules(kubectl: &Kubectl) -> Vec<Rule> {
+    let get = |what: &str| -> Vec<Value> {
+        let list: Value = serde_json::from_str(&kubectl.ok(&["get", what, "-A", "-o", "json"])).expect("JSON");
+        list["items"].as_array().expect("items").clone()
+    };
+    let sa = ("lyra-system", "lyra");
+    let bound = |binding: &Value| {
+        binding["subjects"].as_array().into_iter().flatten().any(|s| {
+            s["kind"] == "ServiceAccount" && s["namespace"] == sa.0 && s["name"] == sa.1
+        })
+    };
+    let mut rules = Vec::new();
+    for (bindings, roles) in [("clusterrolebindings", "clusterroles"), ("rolebindings", "roles")] {
+        let roles = get(roles);
+        for b in get(bindings).iter().filter(|b| bound(b)) {
+            let namespace = b["metadata"]["namespace"].as_str().map(str::to_owned);
+            let role = roles
+                .iter()
+                .find(|r| {
+                    r["metadata"]["name"] == b["roleRef"]["name"]
+                        && r["metadata"]["namespace"].as_str() == namespace.as_deref()
+                })
+                .unwrap_or_else(|| panic!("binding {} names no installed role", b["metadata"]["name"]));
+            for r in role["rules"].as_array().into_iter().flatten() {
+                rules.push(Rule {
+                    namespace: namespace.clone(),
+                    groups: strings(&r["apiGroups"]),
+                    resources: strings(&r["resources"]),
+                    names: strings(&r["resourceNames"]),
+                    verbs: strings(&r["verbs"]),
+                });
+            }
+        }
+    }
+    rules
+}
+
+/// `resource` or `resource/subresource`, as rules name it.
+fn resource_of(call: &AuditRecord) -> String {
+    if call.subresource.is_empty() {
+        call.resource.clone()
+    } else {
+        format!("{}/{}", call.resource, call.subresource)
+    }
+}
+
+/// Whether `rule` allows `call` as the apiserver's RBAC authorizer decides.
+fn allows(rule: &Rule, call: &AuditRecord) -> bool {
+    let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+    // `*` is every resource, but not their subresources (`*/*` would be).
+    rule.namespace.as_deref().is_none_or(|ns| call.namespace == ns)
+        && any(&rule.groups, &call.api_group)
+        && (rule.resources.iter().any(|r| *r == resource_of(call))
+            || (rule.resources.iter().any(|r| r == "*") && call.subresource.is_empty()))
+        && any(&rule.verbs, &call.verb)
+        && (rule.names.is_empty() || rule.names.iter().any(|x| *x == call.name))
+}
+
+#[test]
+fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
+    let test = "the_charts_rbac_is_exactly_the_calls_the_controller_makes";
+    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+        return;
+    };
+    let registry = registry_or_skip!();
+    let emu = BlockingKubeEmulator::start().expect("start the emulator");
+    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
+    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
+    helm.ok(&[
+        "install",
+        "lyra",
+        &chart("charts/lyra"),
+        "-n",
+        "lyra-system",
+        "--create-namespace",
+        "--set",
+        "replicaCount=2",
+    ]);
+    let pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0");
+    let ready = |what: &[&str]| {
+        let mut args = vec!["wait", "--for=condition=Ready", "--timeout=60s"];
+        args.extend(what);
+        kubectl.ok(&args);
+    };
+
+    // A Workflow, applied, then deleted through the finalizer.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: hello\n  namespace: default\n\
+         spec:\n  workflow:\n    steps:\n      hello:\n        resource: Null::Resource\n        value:\n          input: hi\n",
+    );
+    ready(&["workflow/hello"]);
+    kubectl.ok(&["delete", "workflow", "hello", "--timeout=60s"]);
+
+    // A package registered as a kind; an object waiting for its Secret (a repeated event);
+    // an upgrade; the object and the definition deleted.
+    let lyra = Lyra::new();
+    let push = |workflow: &str, version: &str| {
+        lyra.write_workflow("webapp", workflow);
+        let out = format!("webapp-{version}");
+        lyra.ok(&["package", "webapp", "--version", version, "--out", &out]);
+        lyra.ok(&["push", &out, &registry.url(&format!("webapp:{version}"))]);
+        registry.url(&format!("webapp:{version}"))
+    };
+    let definition = |package: &str| {
+        format!(
+            "apiVersion: lyra.dev/v1alpha1\nkind: WorkflowDefinition\nmetadata:\n  name: webapp\n\
+             spec:\n  package: {package}\n  kind: WebApp\n  plural: webapps\n"
+        )
+    };
+    kubectl.ok_stdin(&["apply", "-f", "-"], &definition(&push(WEBAPP_V1, "1.0.0")));
+    ready(&["wfd/webapp"]);
+    kubectl.ok_stdin(&["apply", "-f", "-"], &site(2));
+    let repeated = wait_until(Duration::from_secs(60), || {
+        let events: Value = serde_json::from_str(&kubectl.ok(&["get", "events.events.k8s.io", "-o", "json"]))
+            .expect("JSON");
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["series"]["count"].as_i64().is_some_and(|n| n >= 2))
+    });
+    assert!(repeated, "no event was repeated while the object waited for its Secret");
+    kubectl.ok_stdin(&["apply", "-f", "-"], &secret());
+    ready(&["webapp/site"]);
+    kubectl.ok_stdin(&["apply", "-f", "-"], &definition(&push(WEBAPP_V2, "2.0.0")));
+    let upgraded = wait_until(Duration::from_secs(60), || {
+        kubectl
+            .ok(&["get", "wfd", "webapp", "-o", "jsonpath={.status.version}"])
+            .contains("2.0.0")
+    });
+    assert!(upgraded, "the definition was not upgraded");
+    kubectl.ok(&["delete", "webapp", "site", "--timeout=60s"]);
+    kubectl.ok(&["delete", "wfd", "webapp", "--timeout=60s"]);
+    let unregistered = wait_until(Duration::from_secs(60), || {
+        !kubectl.run(&["get", "crd", "webapps.workflows.lyra.dev"]).success
+    });
+    assert!(unregistered, "the registered kind's CRD was not deleted");
+    drop(pod);
+
+    // Discovery, OpenAPI and health are non-resource requests every user may make.
+    let calls: Vec<AuditRecord> = emu
+        .requests_by(CONTROLLER_USER)
+        .into_iter()
+        .filter(|r| !r.resource.is_empty())
+        .collect();
+    assert!(!calls.is_empty(), "the emulator recorded no call of {CONTROLLER_USER}");
+    let rules = installed_rules(&kubectl);
+
+    // Every call is allowed...
+    let denied: BTreeSet<String> = calls
+        .iter()
+        .filter(|c| !rules.iter().any(|r| allows(r, c)))
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(denied.is_empty(), "calls the chart's RBAC does not allow:\n{denied:#?}");
+    // ...and every verb of every rule is used.
+    let mut unused = Vec::new();
+    for rule in &rules {
+        for group in &rule.groups {
+            for resource in &rule.resources {
+                for verb in &rule.verbs {
+                    let one = Rule {
+                        namespace: rule.namespace.clone(),
+                        groups: vec![group.clone()],
+                        resources: vec![resource.clone()],
+                        names: rule.names.clone(),
+                        verbs: vec![verb.clone()],
+                    };
+                    if !calls.iter().any(|c| allows(&one, c)) {
+                        unused.push(format!(
+                            "{verb} {group}/{resource} {:?} in {:?}",
+                            rule.names, rule.namespace
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(unused.is_empty(), "rules no call needed:\n{unused:#?}");
+}
