@@ -3,8 +3,10 @@
 //! does with the RBAC rules it is given.
 //!
 //! There is no authentication: a bearer token *is* the user's name
-//! (`Authorization: Bearer system:serviceaccount:lyra-system:lyra`); a request without one is
-//! [`ANONYMOUS_ADMIN`], the cluster admin the emulator's own kubeconfig stands for.
+//! (`Authorization: Bearer system:serviceaccount:lyra-system:lyra`, as kube-rs sends it), and
+//! `Impersonate-User` (`kubectl --as`) names the user the request acts as, as on a real
+//! apiserver (impersonation is not checked); a request with neither is [`ANONYMOUS_ADMIN`],
+//! the cluster admin the emulator's own kubeconfig stands for.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -48,8 +50,17 @@ impl AuditRecord {
     }
 }
 
-/// The user a request is attributed to.
+/// The user a request is attributed to: an impersonated one (`kubectl --as`, which is how
+/// kubectl names a user here: client-go sends no bearer token over plain HTTP), else the
+/// bearer token's.
 pub fn user(headers: &HeaderMap) -> String {
+    if let Some(user) = headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())
+        .filter(|u| !u.is_empty())
+    {
+        return user.to_string();
+    }
     headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())

@@ -90,8 +90,9 @@
 //!   `timeoutSeconds`; `failurePolicy`; refusals, failures and `warnings` answered with the
 //!   apiserver's messages and codes. Webhook configurations are never sent to webhooks.
 //! - An audit of every request by user ([`KubeEmulator::requests`], [`AuditRecord`]): a bearer
-//!   token is taken as the user's name (no authentication), no token is
-//!   [`ANONYMOUS_ADMIN`]; resource requests are described as RBAC sees them (verb, group,
+//!   token is taken as the user's name (no authentication), an `Impersonate-User` header
+//!   (`kubectl --as`; kubectl sends no token over plain HTTP) names the user instead, neither
+//!   is [`ANONYMOUS_ADMIN`]; resource requests are described as RBAC sees them (verb, group,
 //!   resource, subresource, namespace, name), discovery and other non-resource requests by
 //!   their path.
 //! - Background ownerReference garbage collection when an owner is deleted.
@@ -121,8 +122,10 @@
 //! - No conversion: versions of a CRD differ only in `apiVersion` (`conversion: None`); the
 //!   status subresource is on for all versions if any version declares it.
 //! - Server-side apply is create-or-merge: no `managedFields`, no field ownership or conflicts,
-//!   and fields missing from a later apply are not removed. Strategic merge patch is a merge
-//!   patch (lists are replaced), and CRs reject it with 415 as a real apiserver does.
+//!   and fields missing from a later apply are not removed. Strategic merge patch knows merge
+//!   keys by field name (`containers`, `env`, `volumes`, `webhooks` by `name`, `ports` by
+//!   `port` or `containerPort`...), not from each kind's types; other lists are replaced, and
+//!   CRs reject it with 415 as a real apiserver does.
 //! - `propagationPolicy: Foreground` is treated as Background; deleting a CRD drops its
 //!   objects at once, finalizers or not.
 //! - Field selectors accept any dotted path (a real apiserver allows a per-kind list);

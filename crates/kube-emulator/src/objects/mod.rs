@@ -6,6 +6,7 @@
 //! - `update`: PUT, and the tail every update shares with PATCH (generation bumped on spec
 //!   changes only, no-op writes write nothing);
 //! - `patch`: the four patch types; server-side apply creates a missing object;
+//! - `strategic`: strategic merge patch of built-in kinds (lists merged by key);
 //! - `subresource`: which part of an object the main and `/status` endpoints may change;
 //! - `delete`: DELETE with preconditions, finalizers and `deletionTimestamp`;
 //! - `cascade`: what removing one object does to others (a CRD's kind and objects, a
@@ -20,6 +21,7 @@ mod create;
 mod delete;
 mod limits;
 mod patch;
+mod strategic;
 mod subresource;
 mod update;
 

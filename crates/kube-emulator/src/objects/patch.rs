@@ -1,4 +1,4 @@
-//! PATCH: merge, JSON (with the `test` kube-rs relies on), strategic (as merge) and
+//! PATCH: merge, JSON (with the `test` kube-rs relies on), strategic (`strategic`) and
 //! server-side apply (create-or-merge, no field ownership).
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use crate::registry::ResourceType;
 pub enum PatchKind {
     Merge,
     Json,
-    /// Strategic merge, served as a merge patch (lists are replaced, not merged by key).
+    /// Strategic merge (built-in kinds only): lists of objects merge by their key.
     Strategic,
     /// Server-side apply, served as create-or-merge (no field ownership).
     Apply,
@@ -91,7 +91,11 @@ impl State {
                 if !patch.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a JSON object"));
                 }
-                json_patch::merge(&mut doc, patch);
+                if kind == PatchKind::Strategic {
+                    super::strategic::apply(&mut doc, patch);
+                } else {
+                    json_patch::merge(&mut doc, patch);
+                }
             }
             PatchKind::Json => apply_json_patch(&mut doc, patch).map_err(|e| {
                 ApiError::new(
