@@ -122,7 +122,25 @@ pub fn describe(method: &Method, path: &str, params: &HashMap<String, String>, u
         }
     }
     .to_string();
+    // As the apiserver's RequestInfo: a list or watch of one name (`fieldSelector=
+    // metadata.name=N`) is a request on that name, which `resourceNames` rules can allow.
+    if matches!(r.verb.as_str(), "list" | "watch")
+        && let Some(name) = params.get("fieldSelector").and_then(|s| selected_name(s))
+    {
+        r.name = name.to_string();
+    }
     r
+}
+
+/// The name a field selector of exactly `metadata.name=N` (or `==`) selects.
+fn selected_name(selector: &str) -> Option<&str> {
+    if selector.contains(',') {
+        return None;
+    }
+    let value = selector
+        .strip_prefix("metadata.name==")
+        .or_else(|| selector.strip_prefix("metadata.name="))?;
+    (!value.is_empty()).then_some(value)
 }
 
 /// The records so far, oldest first, up to a capacity (the oldest are dropped beyond it).
@@ -189,6 +207,14 @@ mod tests {
             ("list", "lyra.dev", "workflows", "", "default", "")
         );
         assert_eq!(rbac(&d(Method::GET, wf, &[("watch", "true")])).0, "watch");
+        // A list or watch of one name is on that name, as resourceNames rules see it.
+        let one = [("watch", "true"), ("fieldSelector", "metadata.name=hello")];
+        assert_eq!(
+            rbac(&d(Method::GET, wf, &one)),
+            ("watch", "lyra.dev", "workflows", "", "default", "hello")
+        );
+        let two = [("fieldSelector", "metadata.name=hello,status.phase=Running")];
+        assert_eq!(rbac(&d(Method::GET, wf, &two)).5, "");
         assert_eq!(rbac(&d(Method::POST, wf, &[])).0, "create");
         let status = format!("{wf}/hello/status");
         assert_eq!(
