@@ -60,10 +60,13 @@ app.kubernetes.io/component: controller
   resources: [workflows/status]
   verbs: [patch]
 {{- if and .Values.definitions.enabled .Values.rbac.registeredGroups }}
-# Objects of the kinds WorkflowDefinitions register.
+# Objects of the kinds WorkflowDefinitions register (`*` covers no subresource).
 - apiGroups: [{{ join ", " .Values.rbac.registeredGroups }}]
   resources: ["*"]
   verbs: [get, list, watch, patch]
+- apiGroups: [{{ join ", " .Values.rbac.registeredGroups }}]
+  resources: ["*/status"]
+  verbs: [patch]
 # Sensitive parameters of registered kinds are secretKeyRefs.
 - apiGroups: [""]
   resources: [secrets]
