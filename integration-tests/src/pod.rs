@@ -75,13 +75,7 @@ impl PodProcess {
             mounts.push((m["mountPath"].as_str().expect("a mountPath").to_owned(), dir));
         }
         mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-        let local = |s: &str| -> String {
-            let mut out = s.to_owned();
-            for (path, dir) in &mounts {
-                out = out.replace(path.as_str(), dir.to_str().expect("UTF-8 path"));
-            }
-            out
-        };
+        let local = |s: &str| local_paths(s, &mounts);
         let health = format!("127.0.0.1:{}", free_port());
         let mut webhook = None;
         let mut args = Vec::new();
@@ -194,6 +188,28 @@ impl Drop for PodProcess {
     }
 }
 
+/// `s` with every mount path in it (a whole path or a prefix ending at `/`) replaced by its
+/// local directory, in one pass: a replaced directory is never rewritten again (the local
+/// directories live under `/tmp`, itself a mount point).
+fn local_paths(s: &str, mounts: &[(String, PathBuf)]) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    'scan: while let Some(c) = rest.chars().next() {
+        for (path, dir) in mounts {
+            if let Some(after) = rest.strip_prefix(path.as_str())
+                && (after.is_empty() || after.starts_with('/'))
+            {
+                out.push_str(dir.to_str().expect("UTF-8 path"));
+                rest = after;
+                continue 'scan;
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
 fn fill_volume(kubectl: &Kubectl, namespace: &str, volume: &Value, dir: &Path) {
     let (data, items) = if let Some(cm) = volume["configMap"].as_object() {
         let name = cm["name"].as_str().expect("a ConfigMap name");
@@ -263,4 +279,29 @@ pub fn with_token(kubeconfig: &str, token: &str) -> String {
         "an unexpected kubeconfig:\n{kubeconfig}"
     );
     kubeconfig.replace("\n  user: {}\n", &format!("\n  user:\n    token: {token}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_paths_are_rewritten_once_and_only_whole() {
+        let mounts = vec![
+            ("/etc/lyra/workflows".to_owned(), PathBuf::from("/tmp/pod1/volumes/workflows")),
+            ("/var/lib/lyra".to_owned(), PathBuf::from("/tmp/pod1/volumes/data")),
+            ("/tmp".to_owned(), PathBuf::from("/tmp/pod1/volumes/tmp")),
+        ];
+        assert_eq!(
+            local_paths("--workflows=/etc/lyra/workflows", &mounts),
+            "--workflows=/tmp/pod1/volumes/workflows"
+        );
+        assert_eq!(
+            local_paths("sqlite:///var/lib/lyra/state.db", &mounts),
+            "sqlite:///tmp/pod1/volumes/data/state.db"
+        );
+        assert_eq!(local_paths("/tmp/x", &mounts), "/tmp/pod1/volumes/tmp/x");
+        // Not a mount: a longer name that merely starts like one.
+        assert_eq!(local_paths("/tmpfoo", &mounts), "/tmpfoo");
+    }
 }

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use integration_tests::helm::{Helm, chart, start_replica};
+use integration_tests::controller_bin;
+use integration_tests::helm::{CONTROLLER_USER, Helm, chart, start_replica};
+use integration_tests::pod::PodProcess;
 use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
 use integration_tests::tools::tool_or_skip;
 use integration_tests::wait_until;
@@ -217,11 +219,24 @@ fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
     ]);
     // Two replicas starting together race to create the certificate: one Secret, one CA, and
     // both serve a certificate the API server trusts (each is routed to in turn).
+    let start = |name: &str| {
+        PodProcess::start(
+            &kubectl,
+            emu.kubeconfig_path(),
+            CONTROLLER_USER,
+            "lyra-system",
+            "lyra",
+            name,
+            &controller_bin(),
+        )
+    };
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0"));
-        let b = s.spawn(|| start_replica(&kubectl, emu.kubeconfig_path(), "lyra-1"));
+        let a = s.spawn(|| start("lyra-0"));
+        let b = s.spawn(|| start("lyra-1"));
         (a.join().expect("lyra-0"), b.join().expect("lyra-1"))
     });
+    a.wait_ready(Duration::from_secs(60));
+    b.wait_ready(Duration::from_secs(60));
     let ca = ca_bundle(&kubectl);
     assert!(!ca.is_empty(), "no CA injected");
     let secret_ca = kubectl.ok(&[

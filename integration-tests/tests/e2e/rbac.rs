@@ -17,6 +17,15 @@ use kube_emulator::{AuditRecord, BlockingKubeEmulator};
 
 use super::registration::{WEBAPP_V1, WEBAPP_V2, secret, site};
 
+/// Rules that the scenario cannot make the controller use, and why they are needed: `get`
+/// of a watched object is the controller's check after a finalizer patch whose `test` failed
+/// (its cache was behind the server), which a test cannot bring about on purpose.
+const NOT_EXERCISED: &[(&str, &str, &str)] = &[
+    ("get", "lyra.dev", "workflows"),
+    ("get", "lyra.dev", "workflowdefinitions"),
+    ("get", "workflows.lyra.dev", "*"),
+];
+
 /// One RBAC rule where it applies: cluster-wide (a ClusterRole) or in one namespace (a Role).
 #[derive(Debug)]
 struct Rule {
@@ -85,11 +94,15 @@ fn resource_of(call: &AuditRecord) -> String {
 /// Whether `rule` allows `call` as the apiserver's RBAC authorizer decides.
 fn allows(rule: &Rule, call: &AuditRecord) -> bool {
     let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
-    // `*` is every resource, but not their subresources (`*/*` would be).
+    // `*` is every resource but none of their subresources; `*/status` every one's status.
+    let resource = |r: &String| match r.split_once('/') {
+        _ if *r == resource_of(call) => true,
+        None => r == "*" && call.subresource.is_empty(),
+        Some((res, sub)) => res == "*" && (sub == "*" || sub == call.subresource) && !call.subresource.is_empty(),
+    };
     rule.namespace.as_deref().is_none_or(|ns| call.namespace == ns)
         && any(&rule.groups, &call.api_group)
-        && (rule.resources.iter().any(|r| *r == resource_of(call))
-            || (rule.resources.iter().any(|r| r == "*") && call.subresource.is_empty()))
+        && rule.resources.iter().any(resource)
         && any(&rule.verbs, &call.verb)
         && (rule.names.is_empty() || rule.names.iter().any(|x| *x == call.name))
 }
@@ -128,10 +141,44 @@ fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
          spec:\n  workflow:\n    steps:\n      hello:\n        resource: Null::Resource\n        value:\n          input: hi\n",
     );
     ready(&["workflow/hello"]);
+    // A second run on request repeats its events' notes: those join the first's series.
+    kubectl.ok(&["annotate", "workflow", "hello", "lyra.dev/reconcile-requested-at=again"]);
+    let repeated = wait_until(Duration::from_secs(60), || {
+        let events: Value =
+            serde_json::from_str(&kubectl.ok(&["get", "events.events.k8s.io", "-o", "json"])).expect("JSON");
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["series"]["count"].as_i64().is_some_and(|n| n >= 2))
+    });
+    assert!(repeated, "a second run repeated no event:\n{}", pod.log());
     kubectl.ok(&["delete", "workflow", "hello", "--timeout=60s"]);
 
-    // A package registered as a kind; an object waiting for its Secret (a repeated event);
-    // an upgrade; the object and the definition deleted.
+    // The webhook's certificate renewed (here: made for other names): an update of its Secret.
+    let ca = || {
+        kubectl.ok(&[
+            "get",
+            "validatingwebhookconfiguration",
+            "lyra",
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ])
+    };
+    let before = ca();
+    kubectl.ok(&[
+        "annotate",
+        "secret",
+        "-n",
+        "lyra-system",
+        "lyra-webhook-tls",
+        "--overwrite",
+        "lyra.dev/webhook-dns-names=old.example",
+    ]);
+    let renewed = wait_until(Duration::from_secs(60), || ca() != before);
+    assert!(renewed, "the certificate was not renewed:\n{}", pod.log());
+
+    // A package registered as a kind; an object waiting for its Secret; an upgrade; the object and the definition deleted.
     let lyra = Lyra::new();
     let push = |workflow: &str, version: &str| {
         lyra.write_workflow("webapp", workflow);
@@ -149,16 +196,6 @@ fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
     kubectl.ok_stdin(&["apply", "-f", "-"], &definition(&push(WEBAPP_V1, "1.0.0")));
     ready(&["wfd/webapp"]);
     kubectl.ok_stdin(&["apply", "-f", "-"], &site(2));
-    let repeated = wait_until(Duration::from_secs(60), || {
-        let events: Value = serde_json::from_str(&kubectl.ok(&["get", "events.events.k8s.io", "-o", "json"]))
-            .expect("JSON");
-        events["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|e| e["series"]["count"].as_i64().is_some_and(|n| n >= 2))
-    });
-    assert!(repeated, "no event was repeated while the object waited for its Secret");
     kubectl.ok_stdin(&["apply", "-f", "-"], &secret());
     ready(&["webapp/site"]);
     kubectl.ok_stdin(&["apply", "-f", "-"], &definition(&push(WEBAPP_V2, "2.0.0")));
@@ -205,7 +242,8 @@ fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
                         names: rule.names.clone(),
                         verbs: vec![verb.clone()],
                     };
-                    if !calls.iter().any(|c| allows(&one, c)) {
+                    let excused = NOT_EXERCISED.contains(&(verb.as_str(), group.as_str(), resource.as_str()));
+                    if !excused && !calls.iter().any(|c| allows(&one, c)) {
                         unused.push(format!(
                             "{verb} {group}/{resource} {:?} in {:?}",
                             rule.names, rule.namespace
@@ -215,5 +253,21 @@ fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
             }
         }
     }
-    assert!(unused.is_empty(), "rules no call needed:\n{unused:#?}");
+    let made: BTreeSet<String> = calls
+        .iter()
+        .map(|c| format!("{} {}/{} {} in {:?}", c.verb, c.api_group, resource_of(c), c.name, c.namespace))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "rules no call needed:\n{unused:#?}\nthe calls made:\n{made:#?}"
+    );
+    // The excuses stay true: each names a rule the chart has.
+    for (verb, group, resource) in NOT_EXERCISED {
+        assert!(
+            rules.iter().any(|r| r.verbs.iter().any(|v| v == verb)
+                && r.groups.iter().any(|g| g == group)
+                && r.resources.iter().any(|x| x == resource)),
+            "NOT_EXERCISED names {verb} {group}/{resource}, which the chart does not grant"
+        );
+    }
 }
