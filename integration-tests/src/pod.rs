@@ -288,7 +288,10 @@ mod tests {
     #[test]
     fn mount_paths_are_rewritten_once_and_only_whole() {
         let mounts = vec![
-            ("/etc/lyra/workflows".to_owned(), PathBuf::from("/tmp/pod1/volumes/workflows")),
+            (
+                "/etc/lyra/workflows".to_owned(),
+                PathBuf::from("/tmp/pod1/volumes/workflows"),
+            ),
             ("/var/lib/lyra".to_owned(), PathBuf::from("/tmp/pod1/volumes/data")),
             ("/tmp".to_owned(), PathBuf::from("/tmp/pod1/volumes/tmp")),
         ];

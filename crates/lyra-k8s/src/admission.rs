@@ -370,19 +370,32 @@ fn always_allowed(req: &Request) -> bool {
     if object.metadata.deletion_timestamp.is_some() {
         return true;
     }
-    req.operation == Operation::Update && req.old_object.as_ref().is_some_and(|old| same_spec(old, object))
+    req.operation == Operation::Update
+        && req
+            .old_object
+            .as_ref()
+            .is_some_and(|old| same_spec(&req.kind.kind, old, object))
 }
 
-/// Whether two objects have the same `spec`: the same text (the API server writes it the
-/// same way each time), or equal once read.
-fn same_spec(old: &Object, new: &Object) -> bool {
+/// Whether two objects of `kind` have the same `spec`: the same text (the API server writes
+/// it the same way each time), or equal once read.
+fn same_spec(kind: &str, old: &Object, new: &Object) -> bool {
     match (&old.spec, &new.spec) {
         (None, None) => true,
         (Some(a), Some(b)) if a.get() == b.get() => true,
         // As `Workflow` specs: free-form fields nested too deep stay text and compare as such.
-        (Some(a), Some(b)) => match (
+        // Only for Workflows: another kind's spec would read as an empty `WorkflowSpec`.
+        (Some(a), Some(b)) if kind == "Workflow" => match (
             serde_json::from_str::<WorkflowSpec>(a.get()),
             serde_json::from_str::<WorkflowSpec>(b.get()),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        },
+        // Anything else nested too deep to read is judged.
+        (Some(a), Some(b)) => match (
+            serde_json::from_str::<serde_json::Value>(a.get()),
+            serde_json::from_str::<serde_json::Value>(b.get()),
         ) {
             (Ok(a), Ok(b)) => a == b,
             _ => false,

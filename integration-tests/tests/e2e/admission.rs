@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use integration_tests::controller_bin;
 use integration_tests::helm::{CONTROLLER_USER, Helm, chart, start_replica};
-use integration_tests::pod::PodProcess;
 use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
+use integration_tests::pod::PodProcess;
 use integration_tests::tools::tool_or_skip;
 use integration_tests::wait_until;
 use kube_emulator::BlockingKubeEmulator;
@@ -105,7 +105,10 @@ fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
     // One that does not validate: the cycle is named.
     let said = refused(&kubectl, &workflow("loop", "  workflowName: bad::cycle\n"));
     assert!(said.contains("dependency cycle"), "{said}");
-    assert!(said.contains("lb -> web -> lb") || said.contains("web -> lb -> web"), "{said}");
+    assert!(
+        said.contains("lb -> web -> lb") || said.contains("web -> lb -> web"),
+        "{said}"
+    );
     // Data that does not type-check: the parameter is named.
     let said = refused(
         &kubectl,
@@ -284,5 +287,91 @@ fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
             )
             .success
     });
-    assert!(served, "the replica does not serve a certificate of the new CA:\n{}", a.log());
+    assert!(
+        served,
+        "the replica does not serve a certificate of the new CA:\n{}",
+        a.log()
+    );
+}
+
+#[test]
+fn definitions_that_cannot_be_kinds_or_would_break_theirs_are_refused_at_apply() {
+    use super::registration::{WEBAPP_V1, WEBAPP_V2};
+    let test = "definitions_that_cannot_be_kinds_or_would_break_theirs_are_refused_at_apply";
+    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+        return;
+    };
+    let registry = integration_tests::registry_or_skip!();
+    let emu = BlockingKubeEmulator::start().expect("start the emulator");
+    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
+    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
+    helm.ok(&[
+        "install",
+        "lyra",
+        &chart("charts/lyra"),
+        "-n",
+        "lyra-system",
+        "--create-namespace",
+    ]);
+    let _pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0");
+    let lyra = integration_tests::Lyra::new();
+    let push = |name: &str, workflow: &str, version: &str| {
+        lyra.write_workflow(name, workflow);
+        let out = format!("{name}-{version}");
+        lyra.ok(&["package", name, "--version", version, "--out", &out]);
+        lyra.ok(&["push", &out, &registry.url(&format!("{name}:{version}"))]);
+        registry.url(&format!("{name}:{version}"))
+    };
+    let definition = |name: &str, kind: &str, package: &str, annotations: &str| {
+        format!(
+            "apiVersion: lyra.dev/v1alpha1\nkind: WorkflowDefinition\nmetadata:\n  name: {name}\n{annotations}\
+             spec:\n  package: {package}\n  kind: {kind}\n  plural: {}s\n",
+            kind.to_lowercase()
+        )
+    };
+    let denied = |manifest: &str| {
+        let said = kubectl.fails_stdin(&["apply", "-f", "-"], manifest);
+        assert!(
+            said.contains("admission webhook \"workflowdefinitions.validate.lyra.dev\" denied the request"),
+            "not refused by the webhook:\n{said}"
+        );
+        said
+    };
+
+    // A package whose parameter cannot be a field of a kind: refused, nothing registered.
+    let reserved = push("reserved", "parameters:\n  lyra: {type: String}\nsteps: {}\n", "1.0.0");
+    let said = denied(&definition("reserved", "Reserved", &reserved, ""));
+    assert!(said.contains("lyra"), "{said}");
+    assert!(
+        !kubectl.run(&["get", "wfd", "reserved"]).success,
+        "a refused definition was stored"
+    );
+
+    // v1 registers; v2 (compatible) passes; v3 (a parameter removed, one narrowed) is refused
+    // naming what it breaks, until the definition allows breaking changes.
+    let v1 = push("webapp", WEBAPP_V1, "1.0.0");
+    kubectl.ok_stdin(&["apply", "-f", "-"], &definition("webapp", "WebApp", &v1, ""));
+    kubectl.ok(&["wait", "--for=condition=Ready", "wfd/webapp", "--timeout=60s"]);
+    let v2 = push("webapp", WEBAPP_V2, "2.0.0");
+    kubectl.ok_stdin(&["apply", "-f", "-"], &definition("webapp", "WebApp", &v2, ""));
+    let v3 = push(
+        "webapp",
+        "parameters:\n  replicas: {type: 'Integer[1, 2]', default: 1}\n  password: {type: Sensitive}\nsteps: {}\n",
+        "3.0.0",
+    );
+    let said = denied(&definition("webapp", "WebApp", &v3, ""));
+    assert!(said.contains("breaks the schema of kind WebApp"), "{said}");
+    assert!(said.contains("region"), "{said}");
+    assert!(said.contains("lyra.dev/allow-breaking"), "{said}");
+    let stored = kubectl.ok(&["get", "wfd", "webapp", "-o", "jsonpath={.spec.package}"]);
+    assert!(stored.contains("webapp:2.0.0"), "{stored}");
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &definition(
+            "webapp",
+            "WebApp",
+            &v3,
+            "  annotations:\n    lyra.dev/allow-breaking: \"true\"\n",
+        ),
+    );
 }

@@ -19,7 +19,6 @@ fn json(kubectl: &Kubectl, args: &[&str]) -> Value {
     serde_json::from_str(&kubectl.ok(&all)).expect("kubectl prints JSON")
 }
 
-
 const VALID: &str = "\
 apiVersion: lyra.dev/v1alpha1
 kind: Workflow

@@ -52,9 +52,11 @@ fn installed_rules(kubectl: &Kubectl) -> Vec<Rule> {
     };
     let sa = ("lyra-system", "lyra");
     let bound = |binding: &Value| {
-        binding["subjects"].as_array().into_iter().flatten().any(|s| {
-            s["kind"] == "ServiceAccount" && s["namespace"] == sa.0 && s["name"] == sa.1
-        })
+        binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["kind"] == "ServiceAccount" && s["namespace"] == sa.0 && s["name"] == sa.1)
     };
     let mut rules = Vec::new();
     for (bindings, roles) in [("clusterrolebindings", "clusterroles"), ("rolebindings", "roles")] {
@@ -255,7 +257,16 @@ fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
     }
     let made: BTreeSet<String> = calls
         .iter()
-        .map(|c| format!("{} {}/{} {} in {:?}", c.verb, c.api_group, resource_of(c), c.name, c.namespace))
+        .map(|c| {
+            format!(
+                "{} {}/{} {} in {:?}",
+                c.verb,
+                c.api_group,
+                resource_of(c),
+                c.name,
+                c.namespace
+            )
+        })
         .collect();
     assert!(
         unused.is_empty(),

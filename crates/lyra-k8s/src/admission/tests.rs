@@ -311,16 +311,23 @@ async fn the_response_answers_the_request() {
 }
 
 fn definition_review(spec: Value) -> String {
-    let object = json!({
-        "apiVersion": "lyra.dev/v1alpha1",
-        "kind": "WorkflowDefinition",
-        "metadata": {"name": "web"},
-        "spec": spec,
-    });
+    definition_update(spec, None)
+}
+
+/// A review of a definition with `spec`: a CREATE, or an UPDATE from `old` (a spec).
+fn definition_update(spec: Value, old: Option<Value>) -> String {
+    let object = |spec: Value| {
+        json!({
+            "apiVersion": "lyra.dev/v1alpha1",
+            "kind": "WorkflowDefinition",
+            "metadata": {"name": "web"},
+            "spec": spec,
+        })
+    };
     review_text(
-        "CREATE",
-        Some(object),
-        None,
+        if old.is_some() { "UPDATE" } else { "CREATE" },
+        Some(object(spec)),
+        old.map(object),
         json!({
             "kind": {"group": "lyra.dev", "version": "v1alpha1", "kind": "WorkflowDefinition"},
             "resource": {"group": "lyra.dev", "version": "v1alpha1", "resource": "workflowdefinitions"},
@@ -348,6 +355,22 @@ async fn definitions_are_checked_only_where_asked_a_bad_reference_denied_an_unre
         .with_package_timeout(Duration::from_secs(3));
     let m = denied(&decide_text(&h, &bad).await).to_owned();
     assert!(m.starts_with("InvalidPackage: spec.package"), "{m}");
+
+    // A changed definition is judged too (its spec is no Workflow's, however it reads).
+    let changed = definition_update(
+        json!({"package": "oci://", "kind": "Web", "plural": "webs"}),
+        Some(json!({"package": "oci://127.0.0.1:9/web:1.0", "kind": "Web", "plural": "webs"})),
+    );
+    let m = denied(&decide_text(&h, &changed).await).to_owned();
+    assert!(m.starts_with("InvalidPackage: spec.package"), "{m}");
+    let unchanged = definition_update(
+        json!({"package": "oci://", "kind": "Web", "plural": "webs"}),
+        Some(json!({"plural": "webs", "kind": "Web", "package": "oci://"})),
+    );
+    assert!(
+        decide_text(&h, &unchanged).await.is_allowed(),
+        "an unchanged spec needs no judging"
+    );
 
     // Port 9 on loopback: nothing listens, so the registry is unreachable.
     let away = definition_review(json!({"package": "oci://127.0.0.1:9/web:1.0", "kind": "Web", "plural": "webs"}));
