@@ -239,6 +239,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn field_managers_are_named_as_the_apiserver_names_them() {
+        assert_eq!(FieldManager::new("helm").unwrap().as_str(), "helm");
+        assert!(FieldManager::new(&"m".repeat(FieldManager::MAX)).is_some());
+        assert!(FieldManager::new(&"m".repeat(FieldManager::MAX + 1)).is_none());
+        let ua = "kubectl/v1.32.0 (linux/amd64) kubernetes/70d3cc9";
+        assert_eq!(FieldManager::from_user_agent(ua).as_str(), "kubectl");
+        assert_eq!(FieldManager::from_user_agent("").as_str(), "");
+        let long = "é".repeat(100);
+        assert_eq!(FieldManager::from_user_agent(&long).as_str(), "é".repeat(64));
+    }
+
+    #[test]
     fn core_and_events_k8s_io_events_are_one_storage() {
         let mut s = State::new(1000);
         let core = s.registry.find("", "v1", "events").unwrap();
