@@ -76,6 +76,46 @@ impl ApiError {
         }
     }
 
+    /// A server-side apply changing fields other managers own, worded as the apiserver's.
+    pub fn apply_conflicts(group: &str, plural: &str, name: &str, conflicts: &[crate::objects::Conflict]) -> Self {
+        let n = conflicts.len();
+        let mut by_manager: Vec<(String, Vec<&str>)> = Vec::new();
+        for c in conflicts {
+            let who = format!("{:?} using {}", c.manager, c.api_version);
+            match by_manager.iter_mut().find(|(m, _)| *m == who) {
+                Some((_, paths)) => paths.push(&c.path),
+                None => by_manager.push((who, vec![&c.path])),
+            }
+        }
+        let parts: Vec<String> = by_manager
+            .iter()
+            .map(|(who, paths)| match paths.as_slice() {
+                [one] => format!("conflict with {who}: {one}"),
+                many => format!("conflicts with {who}:\n- {}", many.join("\n- ")),
+            })
+            .collect();
+        let mut d = details(group, plural, name);
+        d["causes"] = conflicts
+            .iter()
+            .map(|c| {
+                json!({"reason": "FieldManagerConflict", "field": c.path,
+                    "message": format!("conflict with {:?} using {}", c.manager, c.api_version)})
+            })
+            .collect();
+        ApiError {
+            details: Some(d),
+            ..Self::new(
+                409,
+                "Conflict",
+                format!(
+                    "Apply failed with {n} conflict{}: {}",
+                    if n == 1 { "" } else { "s" },
+                    parts.join("\n")
+                ),
+            )
+        }
+    }
+
     /// The optimistic-concurrency failure (stale `resourceVersion` or failed precondition).
     pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
         ApiError {

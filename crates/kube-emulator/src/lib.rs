@@ -55,10 +55,24 @@
 //!   one storage in the core form, renamed fields converted on every read and write. So what
 //!   kube-rs's `Recorder` writes shows in `kubectl describe` and `kubectl get events`, and
 //!   writes, field selectors (each view's own names) and watches work through either view.
-//! - Create/get/list/update/patch (merge, JSON with `test`, apply, strategic-as-merge)/delete
+//! - Create/get/list/update/patch (merge, JSON with `test`, apply, strategic)/delete
 //!   with uid, generation (bumped on spec changes only), resourceVersion conflicts, the status
 //!   subresource split, finalizers and `deletionTimestamp`, `dryRun=All`, label and field
 //!   selectors, `limit`/`continue`, Tables from printer columns, standard `Status` errors.
+//! - Server-side apply with field ownership, as helm 4 and `kubectl apply --server-side`
+//!   need it: `metadata.managedFields` on every object a client wrote (`Apply` and `Update`
+//!   entries per `fieldManager`, else the user agent's name; `FieldsV1`; a `subresource`
+//!   for `/status`), shown by `kubectl get --show-managed-fields`. An apply owns its
+//!   configuration's fields and removes those its manager applied before and omits now,
+//!   unless another manager owns them; changing a field another manager owns is a 409
+//!   conflict worded as the apiserver's, unless `force=true`, which takes it over. Other
+//!   writes own what they set or change, taken from its owners. Labels and annotations are
+//!   owned per key, other metadata (names, finalizers, owner references) never; a main
+//!   endpoint's write never owns nor removes a status kept by its subresource. Maps nest; lists are
+//!   atomic, but built-in kinds' lists with a strategic merge key (`containers`, `env`,
+//!   `ports`, `volumes`, `webhooks`, `conditions`...) merge and are owned item by item
+//!   (`k:{"name":"app"}`). Client-sent `managedFields` are ignored; an apply needs a
+//!   `fieldManager` (422 without, as the apiserver).
 //! - Watches replayed from a bounded event log (`410 Expired` beyond it), with
 //!   `timeoutSeconds`, `sendInitialEvents` and selector-aware ADDED/DELETED transitions.
 //! - CRD schemas: pruning (`x-kubernetes-preserve-unknown-fields` respected; `fieldValidation=
@@ -121,11 +135,18 @@
 //!   explain configmap.data` finds no field.
 //! - No conversion: versions of a CRD differ only in `apiVersion` (`conversion: None`); the
 //!   status subresource is on for all versions if any version declares it.
-//! - Server-side apply is create-or-merge: no `managedFields`, no field ownership or conflicts,
-//!   and fields missing from a later apply are not removed. Strategic merge patch knows merge
-//!   keys by field name (`containers`, `env`, `volumes`, `webhooks` by `name`, `ports` by
-//!   `port` or `containerPort`...), not from each kind's types; other lists are replaced, and
-//!   CRs reject it with 415 as a real apiserver does.
+//! - Server-side apply ownership is a subset of structured-merge-diff's: no schema is read for
+//!   it, so custom resources' lists are always atomic (`x-kubernetes-list-type: map|set` is
+//!   not honoured), list items have one key field (a Service port by `port`, not with
+//!   `protocol`), sets of scalars are atomic (no `v:` entries), and `managedFields` a client
+//!   sends are ignored rather than taken (no clearing them with `[{}]`, no `kubectl replace`
+//!   of ownership). Field sets are not converted between versions, a map a removal empties
+//!   goes with it, and the server's own writes (a namespace's `default` ServiceAccount...)
+//!   record no entry.
+//! - Strategic merge patch (and an apply of a built-in kind) knows merge keys by field name
+//!   (`containers`, `env`, `volumes`, `webhooks` by `name`, `ports` by `port` or
+//!   `containerPort`...), not from each kind's types; other lists are replaced, and CRs reject
+//!   strategic merge patch with 415 as a real apiserver does.
 //! - `propagationPolicy: Foreground` is treated as Background; deleting a CRD drops its
 //!   objects at once, finalizers or not.
 //! - Field selectors accept any dotted path (a real apiserver allows a per-kind list);
@@ -148,8 +169,9 @@
 //! - `api::admit` puts the validating webhooks (`webhooks`: matching, service resolution, the
 //!   calls) between a write's dry run and the write; `audit` records every request.
 //! - `objects`: what a write means, independent of HTTP, one concern a module (create, update,
-//!   patch, the status subresource, delete, cascades, admission, size limits). `store`: the
-//!   objects, the global resourceVersion and the event log watches replay.
+//!   patch, field ownership, the status subresource, delete, cascades, admission, size
+//!   limits). `store`: the objects, the global resourceVersion and the event log watches
+//!   replay.
 //! - `registry`: the served kinds and their versions; `builtins`: a fresh cluster's kinds;
 //!   `crd`: what a CRD makes of its kind; `schema`: CRD schemas (compiled, then prune,
 //!   defaults, validate, and `schema::cel` for the rules); `events`: the `events.k8s.io` view of core Events.

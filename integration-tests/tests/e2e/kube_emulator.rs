@@ -7,6 +7,7 @@ use std::time::Duration;
 use integration_tests::Value;
 use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
 use kube_emulator::BlockingKubeEmulator;
+use serde_json::json;
 
 pub const WORKFLOW_CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -389,6 +390,70 @@ fn server_side_apply_and_server_dry_run() {
         &workflow("dry", "  replicas: 0\n"),
     );
     assert!(err.contains("spec.replicas: Invalid value: 0"), "{err}");
+}
+
+/// Server-side apply owns fields: what kubectl applied and now omits is removed, what another
+/// manager owns stays, and changing another applier's field is a conflict until forced.
+#[test]
+fn server_side_apply_removes_what_it_no_longer_applies() {
+    let Some((_emu, k)) = setup("server_side_apply_removes_what_it_no_longer_applies") else {
+        return;
+    };
+    let apply = &["apply", "--server-side", "-f", "-"];
+    k.ok_stdin(
+        apply,
+        &workflow(
+            "owned",
+            "  mode: fast\n  replicas: 4\n  settings: {retries: 3, timeout: 5s}\n",
+        ),
+    );
+    k.ok(&["label", "wf", "owned", "team=core"]);
+    let out = k.ok_stdin(apply, &workflow("owned", "  settings: {retries: 3}\n"));
+    assert_eq!(out.trim(), "workflow.lyra.example.com/owned serverside-applied");
+    let obj = json_of(&k, &["get", "wf", "owned", "--show-managed-fields"]);
+    assert!(obj["spec"].get("mode").is_none(), "{obj:#}");
+    assert_eq!(obj["spec"]["replicas"], 1, "removed, then defaulted again");
+    assert_eq!(obj["spec"]["settings"], json!({"retries": 3}));
+    assert_eq!(obj["metadata"]["labels"], json!({"app": "lyra", "team": "core"}));
+    let fields = obj["metadata"]["managedFields"].as_array().expect("managedFields");
+    let kubectl = fields
+        .iter()
+        .find(|e| e["manager"] == "kubectl" && e["operation"] == "Apply")
+        .expect("kubectl's apply");
+    assert_eq!(
+        kubectl["fieldsV1"],
+        json!({"f:metadata": {"f:labels": {"f:app": {}}},
+            "f:spec": {"f:image": {}, "f:settings": {"f:retries": {}}}})
+    );
+    assert!(
+        fields
+            .iter()
+            .any(|e| e["manager"] == "kubectl-label" && e["operation"] == "Update"),
+        "{fields:#?}"
+    );
+    // Without --show-managed-fields kubectl hides them, as from a real apiserver.
+    assert!(
+        json_of(&k, &["get", "wf", "owned"])["metadata"]
+            .get("managedFields")
+            .is_none()
+    );
+
+    let other = &["apply", "--server-side", "--field-manager=ops", "-f", "-"];
+    let err = k.fails_stdin(other, &workflow("owned", "").replace("nginx", "busybox"));
+    assert!(
+        err.contains("conflict with \"kubectl\"") && err.contains(".spec.image"),
+        "{err}"
+    );
+    let forced = &[
+        "apply",
+        "--server-side",
+        "--field-manager=ops",
+        "--force-conflicts",
+        "-f",
+        "-",
+    ];
+    k.ok_stdin(forced, &workflow("owned", "").replace("nginx", "busybox"));
+    assert_eq!(json_of(&k, &["get", "wf", "owned"])["spec"]["image"], "busybox");
 }
 
 #[test]

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::errors::ApiError;
-use crate::objects::{DeleteOptions, FieldValidation, PatchKind, Subresource, WriteOptions, Written};
+use crate::objects::{DeleteOptions, FieldManager, FieldValidation, PatchKind, Subresource, WriteOptions, Written};
 use crate::registry::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::watch::{self, WatchSpec};
@@ -184,7 +184,7 @@ async fn route(
             parse_json(body)
         }
     };
-    let opts = write_options(params);
+    let opts = write_options(params, headers)?;
     match (method.as_str(), target.name.is_some()) {
         ("GET", false) if is_true(params.get("watch")) => read::watch_request(shared, target, params, headers),
         ("GET", false) => read::list(shared, &target, params, headers),
@@ -214,6 +214,13 @@ async fn route(
         }
         ("PATCH", true) => {
             let kind = PatchKind::from_content_type(content_type).ok_or_else(ApiError::unsupported_media_type)?;
+            if kind == PatchKind::Apply && params.get("fieldManager").is_none_or(String::is_empty) {
+                return Err(ApiError::new(
+                    422,
+                    "Invalid",
+                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                ));
+            }
             let patch = parse_json(body)?;
             let (ns, name) = named(&target);
             let review = Review::new(&target, user, options("PatchOptions", params));
@@ -287,15 +294,35 @@ fn is_true(v: Option<&String>) -> bool {
     v.is_some_and(|v| v == "true" || v == "1")
 }
 
-fn write_options(params: &Params) -> WriteOptions {
-    WriteOptions {
+fn write_options(params: &Params, headers: &HeaderMap) -> Result<WriteOptions, ApiError> {
+    let manager = match params.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => FieldManager::new(m).ok_or_else(|| {
+            ApiError::new(
+                422,
+                "Invalid",
+                format!(
+                    "fieldManager: Too long: may not be more than {} bytes",
+                    FieldManager::MAX
+                ),
+            )
+        })?,
+        None => FieldManager::from_user_agent(
+            headers
+                .get("user-agent")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default(),
+        ),
+    };
+    Ok(WriteOptions {
         dry_run: params.get("dryRun").is_some_and(|v| v == "All"),
         field_validation: match params.get("fieldValidation").map(String::as_str) {
             Some("Strict") => FieldValidation::Strict,
             Some("Ignore") => FieldValidation::Ignore,
             _ => FieldValidation::Warn,
         },
-    }
+        manager,
+        force: is_true(params.get("force")),
+    })
 }
 
 /// How deeply a request body may nest: the apiserver's JSON decoder stops at 10,000 levels.

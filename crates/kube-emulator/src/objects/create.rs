@@ -6,8 +6,9 @@ use serde_json::{Value, json};
 
 use super::admission::admit;
 use super::limits::check_stored_size;
+use super::managed::{self, Writer};
 use super::subresource::status_is_separate;
-use super::{State, WriteOptions, Written, meta_str, now_rfc3339};
+use super::{State, Subresource, WriteOptions, Written, meta_str, now_rfc3339, shape};
 use crate::errors::{ApiError, FieldError};
 use crate::registry::{ResourceType, Special};
 
@@ -48,8 +49,22 @@ impl State {
         rt: &Arc<ResourceType>,
         version: &str,
         ns: &str,
+        obj: Value,
+        opts: WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.create_owned(rt, version, ns, obj, opts, false)
+    }
+
+    /// A create; `applied`: by server-side apply, `obj` being the applied configuration,
+    /// whose fields its manager then owns as applied.
+    pub(super) fn create_owned(
+        &mut self,
+        rt: &Arc<ResourceType>,
+        version: &str,
+        ns: &str,
         mut obj: Value,
         opts: WriteOptions,
+        applied: bool,
     ) -> Result<Written, ApiError> {
         if !obj.is_object() {
             return Err(ApiError::bad_request("the body of the request must be a JSON object"));
@@ -120,7 +135,21 @@ impl State {
         {
             m.remove("status");
         }
+        let config = applied.then(|| obj.clone());
         let warnings = admit(rt, version, None, &mut obj, opts)?;
+        if !opts.manager.as_str().is_empty() {
+            let api_version = rt.api_version(version);
+            let who = Writer {
+                manager: opts.manager.as_str(),
+                api_version: &api_version,
+                shape: shape(rt, Subresource::Main),
+            };
+            match &config {
+                // Nobody owns anything yet: no conflict.
+                Some(config) => managed::apply(None, &mut obj, config, &who, opts.force).unwrap_or_default(),
+                None => managed::record_update(None, &mut obj, &who),
+            }
+        }
         if self.store.get(&rt.store_id(), ns, &name).is_some() {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }

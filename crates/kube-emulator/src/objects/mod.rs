@@ -13,13 +13,15 @@
 //!   terminating namespace's contents, an owner's dependents);
 //! - `admission`: what every write does to the new object (kind defaults, schema pruning,
 //!   defaulting and validation, name rules);
-//! - `limits`: the apiserver's and etcd's size limits.
+//! - `limits`: the apiserver's and etcd's size limits;
+//! - `managed`: field ownership (`metadata.managedFields`), and what an apply removes.
 
 mod admission;
 mod cascade;
 mod create;
 mod delete;
 mod limits;
+mod managed;
 mod patch;
 mod strategic;
 mod subresource;
@@ -36,6 +38,7 @@ use crate::registry::{Registry, ResourceType, Special};
 use crate::store::Store;
 
 pub use delete::DeleteOptions;
+pub use managed::Conflict;
 pub use patch::PatchKind;
 pub use subresource::Subresource;
 
@@ -50,11 +53,65 @@ pub enum FieldValidation {
     Strict,
 }
 
+/// A write's `fieldManager`. The apiserver allows at most 128 bytes, so it is kept inline and
+/// [`WriteOptions`] stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FieldManager {
+    len: u8,
+    bytes: [u8; FieldManager::MAX],
+}
+
+impl FieldManager {
+    pub const MAX: usize = 128;
+
+    /// `None` when `name` is longer than the apiserver allows.
+    pub fn new(name: &str) -> Option<FieldManager> {
+        let mut bytes = [0; FieldManager::MAX];
+        bytes.get_mut(..name.len())?.copy_from_slice(name.as_bytes());
+        Some(FieldManager {
+            len: name.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The manager the apiserver names when a request gives none: its user agent up to the
+    /// first `/` (`kubectl/v1.32.0 (linux/amd64)` is `kubectl`), cut to 128 bytes.
+    pub fn from_user_agent(ua: &str) -> FieldManager {
+        let mut prefix = ua.split('/').next().unwrap_or_default();
+        let mut end = prefix.len().min(FieldManager::MAX);
+        while !prefix.is_char_boundary(end) {
+            end -= 1;
+        }
+        prefix = &prefix[..end];
+        FieldManager::new(prefix).expect("cut to the limit")
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).expect("made from a str")
+    }
+}
+
+impl Default for FieldManager {
+    fn default() -> Self {
+        FieldManager::new("").expect("empty")
+    }
+}
+
+impl std::fmt::Debug for FieldManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
 /// The query parameters every write takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteOptions {
     pub dry_run: bool,
     pub field_validation: FieldValidation,
+    /// Who owns the fields the write sets (none: nobody, for the server's own writes).
+    pub manager: FieldManager,
+    /// An apply takes the fields it conflicts on from their managers.
+    pub force: bool,
 }
 
 impl Default for WriteOptions {
@@ -62,6 +119,8 @@ impl Default for WriteOptions {
         WriteOptions {
             dry_run: false,
             field_validation: FieldValidation::Warn,
+            manager: FieldManager::default(),
+            force: false,
         }
     }
 }
@@ -88,6 +147,16 @@ fn now_rfc3339() -> String {
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj["metadata"][field].as_str().filter(|s| !s.is_empty())
+}
+
+/// The shape of a write's fields, for `managed`.
+fn shape(rt: &ResourceType, sub: Subresource) -> managed::Shape {
+    managed::Shape {
+        sub,
+        status_separate: subresource::status_is_separate(rt),
+        // Custom resources' lists are atomic unless their schema says otherwise (not read).
+        keyed_lists: rt.crd_uid.is_none(),
+    }
 }
 
 fn finalizers_empty(obj: &Value) -> bool {
@@ -168,6 +237,18 @@ pub(crate) fn state_with_crd() -> (State, Arc<ResourceType>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_managers_are_named_as_the_apiserver_names_them() {
+        assert_eq!(FieldManager::new("helm").unwrap().as_str(), "helm");
+        assert!(FieldManager::new(&"m".repeat(FieldManager::MAX)).is_some());
+        assert!(FieldManager::new(&"m".repeat(FieldManager::MAX + 1)).is_none());
+        let ua = "kubectl/v1.32.0 (linux/amd64) kubernetes/70d3cc9";
+        assert_eq!(FieldManager::from_user_agent(ua).as_str(), "kubectl");
+        assert_eq!(FieldManager::from_user_agent("").as_str(), "");
+        let long = "é".repeat(100);
+        assert_eq!(FieldManager::from_user_agent(&long).as_str(), "é".repeat(64));
+    }
 
     #[test]
     fn core_and_events_k8s_io_events_are_one_storage() {

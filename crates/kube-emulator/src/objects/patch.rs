@@ -1,12 +1,14 @@
 //! PATCH: merge, JSON (with the `test` kube-rs relies on), strategic (`strategic`) and
-//! server-side apply (create-or-merge, no field ownership).
+//! server-side apply (field ownership in `managed`).
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::managed::{self, Writer};
 use super::subresource::Subresource;
-use super::{State, WriteOptions, Written, meta_str};
+use super::update::Ownership;
+use super::{State, WriteOptions, Written, meta_str, shape};
 use crate::errors::ApiError;
 use crate::registry::ResourceType;
 
@@ -17,7 +19,8 @@ pub enum PatchKind {
     Json,
     /// Strategic merge (built-in kinds only): lists of objects merge by their key.
     Strategic,
-    /// Server-side apply, served as create-or-merge (no field ownership).
+    /// Server-side apply: merged in (lists of built-in kinds by key), then what the manager
+    /// applied before and no longer does is removed (`managed`).
     Apply,
 }
 
@@ -30,6 +33,14 @@ impl PatchKind {
             "application/apply-patch+yaml" | "application/apply-patch+json" => Some(PatchKind::Apply),
             _ => None,
         }
+    }
+}
+
+/// The apiserver ignores managedFields a client sends on an apply (and so does the emulator
+/// on every write).
+fn strip_managed_fields(v: &mut Value) {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
     }
 }
 
@@ -80,7 +91,8 @@ impl State {
                         "the name of the object does not match the name on the URL",
                     ));
                 }
-                return self.create(rt, version, ns, body, opts);
+                strip_managed_fields(&mut body);
+                return self.create_owned(rt, version, ns, body, opts, true);
             }
             None => return Err(rt.not_found(name)),
         };
@@ -91,10 +103,24 @@ impl State {
                 if !patch.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a JSON object"));
                 }
-                if kind == PatchKind::Strategic {
-                    super::strategic::apply(&mut doc, patch);
+                let mut patch = patch.clone();
+                strip_managed_fields(&mut patch);
+                // An apply merges lists as it owns them: by key for built-in kinds, whole
+                // for custom resources.
+                if kind == PatchKind::Strategic || (kind == PatchKind::Apply && rt.crd_uid.is_none()) {
+                    super::strategic::apply(&mut doc, &patch);
                 } else {
-                    json_patch::merge(&mut doc, patch);
+                    json_patch::merge(&mut doc, &patch);
+                }
+                if kind == PatchKind::Apply {
+                    let api_version = rt.api_version(version);
+                    let who = Writer {
+                        manager: opts.manager.as_str(),
+                        api_version: &api_version,
+                        shape: shape(rt, sub),
+                    };
+                    managed::apply(Some(&old), &mut doc, &patch, &who, opts.force)
+                        .map_err(|c| ApiError::apply_conflicts(&rt.group, &rt.plural, name, &c))?;
                 }
             }
             PatchKind::Json => apply_json_patch(&mut doc, patch).map_err(|e| {
@@ -111,7 +137,11 @@ impl State {
         {
             return Err(ApiError::stale(&rt.group, &rt.plural, name));
         }
-        self.replace(rt, version, ns, name, old, doc, sub, opts)
+        let ownership = match kind {
+            PatchKind::Apply => Ownership::Applied,
+            _ => Ownership::Update,
+        };
+        self.replace(rt, version, ns, name, old, doc, sub, opts, ownership)
     }
 }
 

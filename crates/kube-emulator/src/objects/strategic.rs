@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 /// The key a list of objects merges by, from its field name (and a first element, for
 /// `ports`: a container's by `containerPort`, a Service's by `port`).
-fn merge_key(field: &str, sample: Option<&Value>) -> Option<&'static str> {
+pub(super) fn merge_key(field: &str, sample: Option<&Value>) -> Option<&'static str> {
     Some(match field {
         "containers"
         | "initContainers"

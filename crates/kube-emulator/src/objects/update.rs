@@ -8,8 +8,9 @@ use serde_json::{Map, Value, json};
 
 use super::admission::admit;
 use super::limits::check_stored_size;
+use super::managed::{self, Writer};
 use super::subresource::{Subresource, copy_status, status_is_separate};
-use super::{State, WriteOptions, Written, finalizers_empty, meta_str};
+use super::{State, WriteOptions, Written, finalizers_empty, meta_str, shape};
 use crate::errors::{ApiError, FieldError};
 use crate::registry::ResourceType;
 
@@ -23,6 +24,15 @@ const SERVER_OWNED_METADATA: [&str; 7] = [
     "namespace",
     "name",
 ];
+
+/// Who owns what an update writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ownership {
+    /// A PUT or a non-apply patch: its manager owns what it sets or changes.
+    Update,
+    /// A server-side apply, whose managedFields `body` carries.
+    Applied,
+}
 
 /// Whether anything other than `metadata` (and `status`, when it is a subresource) differs.
 fn spec_changed(old: &Value, new: &Value, status_is_subresource: bool) -> bool {
@@ -68,7 +78,7 @@ impl State {
             }
             None => {}
         }
-        self.replace(rt, version, ns, name, old, body, sub, opts)
+        self.replace(rt, version, ns, name, old, body, sub, opts, Ownership::Update)
     }
 
     /// The shared tail of PUT and PATCH: `body` is the full new object.
@@ -83,7 +93,14 @@ impl State {
         body: Value,
         sub: Subresource,
         opts: WriteOptions,
+        ownership: Ownership,
     ) -> Result<Written, ApiError> {
+        // What a client sends is not taken (kubectl replace sends what it read); an apply
+        // computed the new managedFields already.
+        let managed_fields = match ownership {
+            Ownership::Applied => body["metadata"].get("managedFields").cloned(),
+            Ownership::Update => old["metadata"].get("managedFields").cloned(),
+        };
         if let Some(body_name) = meta_str(&body, "name")
             && body_name != name
         {
@@ -120,12 +137,26 @@ impl State {
                         None => meta.remove(key),
                     };
                 }
-                meta.remove("managedFields");
                 n
             }
         };
+        match managed_fields {
+            Some(m) => new["metadata"]["managedFields"] = m,
+            None => {
+                new["metadata"].as_object_mut().map(|m| m.remove("managedFields"));
+            }
+        }
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
         let warnings = admit(rt, version, Some(&old), &mut new, opts)?;
+        if ownership == Ownership::Update {
+            let api_version = rt.api_version(version);
+            let who = Writer {
+                manager: opts.manager.as_str(),
+                api_version: &api_version,
+                shape: shape(rt, sub),
+            };
+            managed::record_update(Some(&old), &mut new, &who);
+        }
         if rt.has_generation && spec_changed(&old, &new, rt.status_subresource) {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0);
             new["metadata"]["generation"] = json!(generation + 1);
