@@ -345,8 +345,9 @@ fn start_webhook(
         admission = admission.with_definitions(client.clone(), registry);
     }
     let admission = Arc::new(admission);
+    let listener = webhook::bind(addr)?;
     Ok(tokio::spawn(async move {
-        if let Err(e) = webhook::run(addr, source, admission, ready, shutdown).await {
+        if let Err(e) = webhook::run(listener, source, admission, ready, shutdown).await {
             // Readiness stays false: the pod is taken out of the Service, and says why.
             tracing::error!(error = %e, "the admission webhook stopped");
         }

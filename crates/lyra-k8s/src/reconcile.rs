@@ -757,8 +757,7 @@ impl Runtime {
         let (name, program) = self.load(job, &mut sources, &mut origin)?;
         let data = crate::data::expand(job.data.as_ref())
             .map_err(|m| Failure::new(Reason::InvalidData, origin.with_data_notes(m)))?;
-        self.bind_parameters(&program, &job.key.deployment(), &data, &sources, &origin)
-            .await?;
+        self.bind_parameters(&program, &data, &sources, &origin)?;
         Ok(Prepared {
             name,
             program,
@@ -769,20 +768,22 @@ impl Runtime {
     }
 
     /// Binds the data to the workflow's top-level parameters as a run does, by the engine's
-    /// own code: a plan against [`BindOnly`], which ends it at its first read of the state,
-    /// the step right after binding. So a data problem is found before the lease is taken
-    /// (and without one, at admission). Sensitive values never reach the message.
-    async fn bind_parameters(
+    /// own code, so a data problem is found before the lease is taken (and without one, at
+    /// admission). Sensitive values never reach the message.
+    fn bind_parameters(
         &self,
         program: &Program,
-        deployment: &str,
         data: &Map,
         sources: &Sources,
         origin: &Origin,
     ) -> Result<(), Failure> {
         let cancel = AtomicBool::new(false);
-        let engine = self.engine(&BindOnly, sources, &cancel);
-        match engine.plan(program, deployment, data).await {
+        // The engine only binds: no state is read or written.
+        let none = lyra_state::EmptyState {
+            location: "(none: parameters only)".to_owned(),
+        };
+        let engine = self.engine(&none, sources, &cancel);
+        match engine.check_parameters(program, data) {
             Err(EngineError::Input(d)) => {
                 let text = origin.with_data_notes(diagnostics_text(&d, sources, origin));
                 Err(Failure::new(
@@ -790,8 +791,8 @@ impl Runtime {
                     sensitive_data(program, data).scrub(&text),
                 ))
             }
-            // `BindOnly`'s refusal: the parameters are bound.
-            _ => Ok(()),
+            Err(EngineError::Store(e)) => Err(Failure::store(&e)),
+            Ok(()) => Ok(()),
         }
     }
 
@@ -1415,38 +1416,6 @@ pub(crate) struct Prepared {
     pub data: Map,
     pub sources: Sources,
     pub origin: Origin,
-}
-
-/// A state that ends a run at its first read (which comes right after the top-level
-/// parameters are bound) and takes no write: see [`Runtime::bind_parameters`].
-struct BindOnly;
-
-impl BindOnly {
-    fn refuse() -> StoreError {
-        StoreError::new(StoreErrorKind::Unavailable, "only the parameters are bound")
-    }
-}
-
-#[async_trait]
-impl Recorder for BindOnly {
-    fn store_id(&self) -> &str {
-        ""
-    }
-    async fn load(&self, _: &str) -> Result<Option<lyra_core::state::DeploymentState>, StoreError> {
-        Err(BindOnly::refuse())
-    }
-    async fn begin_run(&self, _: &lyra_core::state::RunStart) -> Result<lyra_core::state::RunId, StoreError> {
-        Err(BindOnly::refuse())
-    }
-    async fn put_resource(&self, _: &str, _: &lyra_core::state::ResourceRecord) -> Result<(), StoreError> {
-        Err(BindOnly::refuse())
-    }
-    async fn remove_resource(&self, _: &str, _: &str) -> Result<(), StoreError> {
-        Err(BindOnly::refuse())
-    }
-    async fn finish_run(&self, _: lyra_core::state::RunId, _: &lyra_core::state::RunEnd) -> Result<(), StoreError> {
-        Err(BindOnly::refuse())
-    }
 }
 
 /// The values the data gives the workflow's Sensitive parameters: a type error about one

@@ -166,22 +166,30 @@ fn hyper_util_timer() -> hyper_util::rt::TokioTimer {
     hyper_util::rt::TokioTimer::new()
 }
 
-/// Runs the webhook: gets the certificate (retrying until it can), serves, and keeps the
-/// certificate (and, self-managed, the `caBundle`) current until `shutdown`. `ready` turns
-/// true once the certificate is served (and the `caBundle` holds its CA).
+/// The webhook's listener. Bound by the caller before anything runs in the background, so a
+/// port in use fails the start instead of leaving a replica that never becomes ready.
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, WebhookError> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|source| WebhookError::Bind { addr, source })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| WebhookError::Bind { addr, source })?;
+    Ok(listener)
+}
+
+/// Runs the webhook on `listener` (see [`bind`]): gets the certificate (retrying until it
+/// can), serves, and keeps the certificate (and, self-managed, the `caBundle`) current until
+/// `shutdown`. `ready` turns true once the certificate is served (and the `caBundle` holds
+/// its CA).
 pub async fn run(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     source: Source,
     admission: Arc<Admission>,
     ready: Arc<AtomicBool>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), WebhookError> {
-    // Bound at once, so a port in use fails the start rather than a background task.
-    let listener = std::net::TcpListener::bind(addr).map_err(|source| WebhookError::Bind { addr, source })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| WebhookError::Bind { addr, source })?;
-    tracing::info!(addr = %listener.local_addr().unwrap_or(addr), "serving the admission webhook");
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving the admission webhook");
+    }
     let mut down = shutdown.clone();
     let first = tokio::select! {
         b = first_bundle(&source) => b,

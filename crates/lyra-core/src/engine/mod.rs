@@ -256,6 +256,14 @@ impl<'a> Engine<'a> {
         run.conclude(started, workflow, returned, failed, cancelled).await
     }
 
+    /// Binds `data` to the workflow's top-level parameters as a run begins, and nothing more:
+    /// the input errors a plan or apply would stop at before reading the state (a missing
+    /// key, a value of the wrong type), for callers that judge input ahead of a run (the
+    /// controller's admission webhook). Reads and writes no state.
+    pub fn check_parameters(&self, program: &Program, data: &Map) -> Result<(), EngineError> {
+        self.top_params(&program.main.root, data).map(|_| ())
+    }
+
     /// Deletes every resource recorded for the deployment, in reverse dependency order.
     /// Needs no workflow: the state knows what depends on what.
     pub async fn delete(&self, deployment: &str, actor: &str) -> Result<Report, EngineError> {
