@@ -364,59 +364,12 @@ fn made_for(secret: &Secret) -> Option<String> {
     secret.metadata.annotations.as_ref()?.get(NAMES_ANNOTATION).cloned()
 }
 
-/// The `notAfter` of an X.509 certificate (DER). Certificate → TBSCertificate → (optional
-/// `[0]` version, serial, signature algorithm, issuer) → validity's second time.
+/// The `notAfter` of an X.509 certificate (DER); `None` when it is not one.
 pub fn not_after(der: &[u8]) -> Option<SystemTime> {
-    let (_, cert, _) = tlv(der)?;
-    let (_, mut tbs, _) = tlv(cert)?;
-    let (tag, _, rest) = tlv(tbs)?;
-    if tag == 0xa0 {
-        tbs = rest;
-    }
-    for _ in 0..3 {
-        tbs = tlv(tbs)?.2; // serial, signature, issuer
-    }
-    let (_, validity, _) = tlv(tbs)?;
-    let (_, _, after) = tlv(validity)?;
-    let (tag, time, _) = tlv(after)?;
-    asn1_time(tag, std::str::from_utf8(time).ok()?)
-}
-
-/// One DER tag-length-value: (tag, value, what follows).
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-        rest = &rest[n..];
-        len
-    };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-/// UTCTime (`YYMMDDHHMMSSZ`, tag 0x17) or GeneralizedTime (`YYYYMMDDHHMMSSZ`, 0x18).
-fn asn1_time(tag: u8, text: &str) -> Option<SystemTime> {
-    let text = text.strip_suffix('Z')?;
-    let (year, rest) = match tag {
-        0x17 => {
-            let yy: i32 = text.get(..2)?.parse().ok()?;
-            (if yy < 50 { 2000 + yy } else { 1900 + yy }, text.get(2..)?)
-        }
-        0x18 => (text.get(..4)?.parse().ok()?, text.get(4..)?),
-        _ => return None,
-    };
-    let num = |r: std::ops::Range<usize>| rest.get(r)?.parse::<u8>().ok();
-    let month = time::Month::try_from(num(0..2)?).ok()?;
-    let date = time::Date::from_calendar_date(year, month, num(2..4)?).ok()?;
-    let clock = time::Time::from_hms(num(4..6)?, num(6..8)?, num(8..10)?).ok()?;
-    let at = time::PrimitiveDateTime::new(date, clock).assume_utc();
-    Some(SystemTime::from(at))
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let seconds = cert.validity().not_after.timestamp();
+    let since_epoch = Duration::from_secs(u64::try_from(seconds).ok()?);
+    SystemTime::UNIX_EPOCH.checked_add(since_epoch)
 }
 
 #[cfg(test)]
@@ -506,13 +459,10 @@ mod tests {
     }
 
     #[test]
-    fn asn1_times_both_forms() {
-        let t = |tag, s| asn1_time(tag, s).map(|t| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs());
-        assert_eq!(t(0x17, "700101000000Z"), Some(0));
-        assert_eq!(t(0x17, "491231235959Z"), Some(2_524_607_999));
-        assert_eq!(t(0x18, "20380119031408Z"), Some(2_147_483_648));
-        assert_eq!(t(0x17, "7001010000Z"), None);
+    fn what_is_no_certificate_has_no_expiry() {
+        assert_eq!(not_after(&[]), None);
         assert_eq!(not_after(&[0x30, 0x05, 1]), None);
+        assert_eq!(not_after(b"-----BEGIN CERTIFICATE-----"), None);
     }
 
     #[test]
