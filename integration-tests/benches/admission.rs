@@ -100,11 +100,19 @@ async fn main() {
     let crds: Value = serde_json::from_slice(&crds.stdout).expect("lyra crd -o json");
     let crd_api: Api<DynamicObject> = Api::all_with(
         client.clone(),
-        &raw("CustomResourceDefinition", "customresourcedefinitions", "apiextensions.k8s.io", "v1"),
+        &raw(
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            "apiextensions.k8s.io",
+            "v1",
+        ),
     );
     for crd in crds["items"].as_array().expect("items") {
         let crd: DynamicObject = serde_json::from_value(crd.clone()).expect("a CRD");
-        crd_api.create(&PostParams::default(), &crd).await.expect("create a CRD");
+        crd_api
+            .create(&PostParams::default(), &crd)
+            .await
+            .expect("create a CRD");
     }
     let create = |api: Api<DynamicObject>, object: Value| async move {
         let object: DynamicObject = serde_json::from_value(object).expect("an object");
@@ -175,13 +183,20 @@ async fn main() {
     let ready = wait_until(Duration::from_secs(60), || http_get(&health, "/readyz").is_some());
     assert!(ready, "the controller's webhook never became ready");
 
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &raw("Workflow", "workflows", "lyra.dev", "v1alpha1"));
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &raw("Workflow", "workflows", "lyra.dev", "v1alpha1"),
+    );
     // Warm up connections and caches on both sides.
     measure(&api, 20, |i| workflow(&format!("warm-{i}"), "x")).await;
     let valid = measure(&api, requests, |i| workflow(&format!("ok-{i}"), "x")).await;
     // `$nobody` is produced by no step: the engine's validator refuses it.
     let invalid = measure(&api, requests, |i| workflow(&format!("bad-{i}"), "$nobody")).await;
-    vwc_api.delete("lyra", &Default::default()).await.expect("delete the webhook");
+    vwc_api
+        .delete("lyra", &Default::default())
+        .await
+        .expect("delete the webhook");
     let bare = measure(&api, requests, |i| workflow(&format!("bare-{i}"), "x")).await;
     assert_eq!(valid.1, requests, "valid Workflows were refused");
     assert_eq!(invalid.1, 0, "invalid Workflows were let in");
