@@ -95,3 +95,37 @@ pub fn start_replica(kubectl: &Kubectl, kubeconfig: &Path, pod: &str) -> PodProc
     replica.wait_ready(Duration::from_secs(60));
     replica
 }
+
+/// An emulator with the controller's chart installed by helm 3 as release `lyra` in
+/// `lyra-system`, and kubectl and helm bound to it.
+pub struct ChartCluster {
+    pub emulator: kube_emulator::BlockingKubeEmulator,
+    pub kubectl: Kubectl,
+    pub helm: Helm,
+}
+
+impl ChartCluster {
+    /// Installs the chart with `args` added to `helm install` (`--set` and such). `None`,
+    /// after saying why the test `test` is skipped, without helm 3 or kubectl (outside CI).
+    pub fn install(test: &str, args: &[&str]) -> Option<ChartCluster> {
+        let helm_bin = crate::tools::tool_or_skip(test, "helm3")?;
+        let kubectl_bin = crate::kubectl::kubectl_or_skip(test)?;
+        let emulator = kube_emulator::BlockingKubeEmulator::start().expect("start the emulator");
+        let kubectl = Kubectl::new(kubectl_bin, emulator.kubeconfig_path());
+        let helm = Helm::new(helm_bin, emulator.kubeconfig_path());
+        let chart = chart("charts/lyra");
+        let mut install = vec!["install", "lyra", &chart, "-n", "lyra-system", "--create-namespace"];
+        install.extend(args);
+        helm.ok(&install);
+        Some(ChartCluster {
+            emulator,
+            kubectl,
+            helm,
+        })
+    }
+
+    /// Starts replica `pod` and waits until it is ready (see [`start_replica`]).
+    pub fn replica(&self, pod: &str) -> PodProcess {
+        start_replica(&self.kubectl, self.emulator.kubeconfig_path(), pod)
+    }
+}

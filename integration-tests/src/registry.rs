@@ -103,6 +103,17 @@ impl Registry {
         Some(registry)
     }
 
+    /// Packages `workflow` as `name` VERSION with `lyra` and pushes it here; its
+    /// `oci://…/NAME:VERSION` reference.
+    pub fn publish(&self, lyra: &crate::Lyra, name: &str, workflow: &str, version: &str) -> String {
+        lyra.write_workflow(name, workflow);
+        let out = format!("{name}-{version}");
+        lyra.ok(&["package", name, "--version", version, "--out", &out]);
+        let reference = self.url(&format!("{name}:{version}"));
+        lyra.ok(&["push", &out, &reference]);
+        reference
+    }
+
     /// `127.0.0.1:PORT`.
     pub fn addr(&self) -> &str {
         &self.addr

@@ -6,12 +6,10 @@
 use std::time::Duration;
 
 use integration_tests::controller_bin;
-use integration_tests::helm::{CONTROLLER_USER, Helm, chart, start_replica};
-use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
+use integration_tests::helm::{CONTROLLER_USER, ChartCluster};
+use integration_tests::kubectl::Kubectl;
 use integration_tests::pod::PodProcess;
-use integration_tests::tools::tool_or_skip;
 use integration_tests::wait_until;
-use kube_emulator::BlockingKubeEmulator;
 
 /// A workflow with a typed parameter, on the controller's load path as `shop::web`.
 const WEB: &str = "\
@@ -63,16 +61,19 @@ fn refused(kubectl: &Kubectl, manifest: &str) -> String {
 
 #[test]
 fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
-    let test = "invalid_workflows_are_refused_at_apply_with_the_engines_words";
-    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+    let Some(c) = ChartCluster::install(
+        "invalid_workflows_are_refused_at_apply_with_the_engines_words",
+        &[
+            "--set",
+            "workflows.configMap=lyra-workflows",
+            "--set-json",
+            r#"workflows.items=[{"key":"shop.web.yaml","path":"shop/web.yaml"},{"key":"bad.cycle.yaml","path":"bad/cycle.yaml"}]"#,
+        ],
+    ) else {
         return;
     };
-    let emu = BlockingKubeEmulator::start().expect("start the emulator");
-    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
-    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
-
+    let kubectl = &c.kubectl;
     // The load path comes from a ConfigMap, as an operator would ship workflow files.
-    kubectl.ok(&["create", "namespace", "lyra-system"]);
     let web = tempfile::NamedTempFile::new().expect("a file");
     std::fs::write(web.path(), WEB).expect("write");
     let cycle = tempfile::NamedTempFile::new().expect("a file");
@@ -86,24 +87,13 @@ fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
         &format!("--from-file=shop.web.yaml={}", web.path().display()),
         &format!("--from-file=bad.cycle.yaml={}", cycle.path().display()),
     ]);
-    helm.ok(&[
-        "install",
-        "lyra",
-        &chart("charts/lyra"),
-        "-n",
-        "lyra-system",
-        "--set",
-        "workflows.configMap=lyra-workflows",
-        "--set-json",
-        r#"workflows.items=[{"key":"shop.web.yaml","path":"shop/web.yaml"},{"key":"bad.cycle.yaml","path":"bad/cycle.yaml"}]"#,
-    ]);
-    let pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0");
+    let pod = c.replica("lyra-0");
 
     // A workflow that is not on the load path.
-    let said = refused(&kubectl, &workflow("nosuch", "  workflowName: no::such\n"));
+    let said = refused(kubectl, &workflow("nosuch", "  workflowName: no::such\n"));
     assert!(said.contains("no::such"), "{said}");
     // One that does not validate: the cycle is named.
-    let said = refused(&kubectl, &workflow("loop", "  workflowName: bad::cycle\n"));
+    let said = refused(kubectl, &workflow("loop", "  workflowName: bad::cycle\n"));
     assert!(said.contains("dependency cycle"), "{said}");
     assert!(
         said.contains("lb -> web -> lb") || said.contains("web -> lb -> web"),
@@ -111,12 +101,12 @@ fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
     );
     // Data that does not type-check: the parameter is named.
     let said = refused(
-        &kubectl,
+        kubectl,
         &workflow("typed", "  workflowName: shop::web\n  data:\n    replicas: three\n"),
     );
     assert!(said.contains("replicas"), "{said}");
     let said = refused(
-        &kubectl,
+        kubectl,
         &workflow("big", "  workflowName: shop::web\n  data:\n    replicas: 11\n"),
     );
     assert!(said.contains("replicas"), "{said}");
@@ -134,7 +124,7 @@ fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
     }
     // An inline workflow's problem is named by its field path.
     let said = refused(
-        &kubectl,
+        kubectl,
         &workflow(
             "inline",
             "  workflow:\n    steps:\n      web:\n        resource: Null::Resource\n        value:\n          input: $nobody\n",
@@ -161,7 +151,7 @@ fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
     );
     kubectl.ok(&["wait", "--for=condition=Ready", "workflow/shop", "--timeout=60s"]);
     let said = refused(
-        &kubectl,
+        kubectl,
         &workflow("shop", "  workflowName: shop::web\n  data:\n    replicas: many\n"),
     );
     assert!(said.contains("replicas"), "{said}");
@@ -180,7 +170,7 @@ fn invalid_workflows_are_refused_at_apply_with_the_engines_words() {
     );
     assert!(said.contains("failed calling webhook"), "{said}");
     // Back up, the controller finishes the deletion (its finalizer patch passes the webhook).
-    let _pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-1");
+    let _pod = c.replica("lyra-1");
     let gone = wait_until(Duration::from_secs(60), || {
         kubectl.ok(&["get", "workflows", "-o", "name"]).trim().is_empty()
     });
@@ -203,28 +193,18 @@ fn ca_bundle(kubectl: &Kubectl) -> String {
 
 #[test]
 fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
-    let test = "replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart";
-    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+    let Some(c) = ChartCluster::install(
+        "replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart",
+        &["--set", "replicaCount=2"],
+    ) else {
         return;
     };
-    let emu = BlockingKubeEmulator::start().expect("start the emulator");
-    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
-    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
-    helm.ok(&[
-        "install",
-        "lyra",
-        &chart("charts/lyra"),
-        "-n",
-        "lyra-system",
-        "--create-namespace",
-        "--set",
-        "replicaCount=2",
-    ]);
+    let (kubectl, emu) = (&c.kubectl, &c.emulator);
     // Two replicas starting together race to create the certificate: one Secret, one CA, and
     // both serve a certificate the API server trusts (each is routed to in turn).
     let start = |name: &str| {
         PodProcess::start(
-            &kubectl,
+            kubectl,
             emu.kubeconfig_path(),
             CONTROLLER_USER,
             "lyra-system",
@@ -240,7 +220,7 @@ fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
     });
     a.wait_ready(Duration::from_secs(60));
     b.wait_ready(Duration::from_secs(60));
-    let ca = ca_bundle(&kubectl);
+    let ca = ca_bundle(kubectl);
     assert!(!ca.is_empty(), "no CA injected");
     let secret_ca = kubectl.ok(&[
         "get",
@@ -253,8 +233,8 @@ fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
     ]);
     assert_eq!(secret_ca.trim(), ca, "the injected CA is not the Secret's");
     for (i, pod) in [&a, &b].into_iter().enumerate() {
-        integration_tests::helm::route_webhook(&kubectl, "lyra-system", "lyra-webhook", pod);
-        let said = refused(&kubectl, &workflow("nosuch", "  workflowName: no::such\n"));
+        integration_tests::helm::route_webhook(kubectl, "lyra-system", "lyra-webhook", pod);
+        let said = refused(kubectl, &workflow("nosuch", "  workflowName: no::such\n"));
         assert!(said.contains("no::such"), "replica {i}: {said}");
         kubectl.ok_stdin(
             &["apply", "-f", "-"],
@@ -269,10 +249,10 @@ fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
     // hand would): a new CA is made and injected, and the running replica serves the new
     // certificate without a restart.
     drop(b);
-    integration_tests::helm::route_webhook(&kubectl, "lyra-system", "lyra-webhook", &a);
+    integration_tests::helm::route_webhook(kubectl, "lyra-system", "lyra-webhook", &a);
     kubectl.ok(&["delete", "secret", "-n", "lyra-system", "lyra-webhook-tls"]);
     let rotated = wait_until(Duration::from_secs(60), || {
-        let now = ca_bundle(&kubectl);
+        let now = ca_bundle(kubectl);
         !now.is_empty() && now != ca
     });
     assert!(rotated, "no new CA was injected:\n{}", a.log());
@@ -297,31 +277,17 @@ fn replicas_share_one_certificate_and_a_new_one_is_served_without_a_restart() {
 #[test]
 fn definitions_that_cannot_be_kinds_or_would_break_theirs_are_refused_at_apply() {
     use super::registration::{WEBAPP_V1, WEBAPP_V2};
-    let test = "definitions_that_cannot_be_kinds_or_would_break_theirs_are_refused_at_apply";
-    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+    let registry = integration_tests::registry_or_skip!();
+    let Some(c) = ChartCluster::install(
+        "definitions_that_cannot_be_kinds_or_would_break_theirs_are_refused_at_apply",
+        &[],
+    ) else {
         return;
     };
-    let registry = integration_tests::registry_or_skip!();
-    let emu = BlockingKubeEmulator::start().expect("start the emulator");
-    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
-    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
-    helm.ok(&[
-        "install",
-        "lyra",
-        &chart("charts/lyra"),
-        "-n",
-        "lyra-system",
-        "--create-namespace",
-    ]);
-    let _pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0");
+    let kubectl = &c.kubectl;
+    let _pod = c.replica("lyra-0");
     let lyra = integration_tests::Lyra::new();
-    let push = |name: &str, workflow: &str, version: &str| {
-        lyra.write_workflow(name, workflow);
-        let out = format!("{name}-{version}");
-        lyra.ok(&["package", name, "--version", version, "--out", &out]);
-        lyra.ok(&["push", &out, &registry.url(&format!("{name}:{version}"))]);
-        registry.url(&format!("{name}:{version}"))
-    };
+    let push = |name: &str, workflow: &str, version: &str| registry.publish(&lyra, name, workflow, version);
     let definition = |name: &str, kind: &str, package: &str, annotations: &str| {
         format!(
             "apiVersion: lyra.dev/v1alpha1\nkind: WorkflowDefinition\nmetadata:\n  name: {name}\n{annotations}\

@@ -9,11 +9,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use integration_tests::helm::{CONTROLLER_USER, Helm, chart, start_replica};
-use integration_tests::kubectl::{Kubectl, kubectl_or_skip};
-use integration_tests::tools::tool_or_skip;
+use integration_tests::helm::{CONTROLLER_USER, ChartCluster};
+use integration_tests::kubectl::Kubectl;
 use integration_tests::{Lyra, Value, registry_or_skip, wait_until};
-use kube_emulator::{AuditRecord, BlockingKubeEmulator};
+use kube_emulator::AuditRecord;
 
 use super::registration::{WEBAPP_V1, WEBAPP_V2, secret, site};
 
@@ -106,30 +105,20 @@ fn allows(rule: &Rule, call: &AuditRecord) -> bool {
         && any(&rule.groups, &call.api_group)
         && rule.resources.iter().any(resource)
         && any(&rule.verbs, &call.verb)
-        && (rule.names.is_empty() || rule.names.iter().any(|x| *x == call.name))
+        && (rule.names.is_empty() || rule.names.contains(&call.name))
 }
 
 #[test]
 fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
-    let test = "the_charts_rbac_is_exactly_the_calls_the_controller_makes";
-    let (Some(helm_bin), Some(kubectl_bin)) = (tool_or_skip(test, "helm3"), kubectl_or_skip(test)) else {
+    let registry = registry_or_skip!();
+    let Some(c) = ChartCluster::install(
+        "the_charts_rbac_is_exactly_the_calls_the_controller_makes",
+        &["--set", "replicaCount=2"],
+    ) else {
         return;
     };
-    let registry = registry_or_skip!();
-    let emu = BlockingKubeEmulator::start().expect("start the emulator");
-    let kubectl = Kubectl::new(kubectl_bin, emu.kubeconfig_path());
-    let helm = Helm::new(helm_bin, emu.kubeconfig_path());
-    helm.ok(&[
-        "install",
-        "lyra",
-        &chart("charts/lyra"),
-        "-n",
-        "lyra-system",
-        "--create-namespace",
-        "--set",
-        "replicaCount=2",
-    ]);
-    let pod = start_replica(&kubectl, emu.kubeconfig_path(), "lyra-0");
+    let (kubectl, emu) = (&c.kubectl, &c.emulator);
+    let pod = c.replica("lyra-0");
     let ready = |what: &[&str]| {
         let mut args = vec!["wait", "--for=condition=Ready", "--timeout=60s"];
         args.extend(what);
@@ -182,13 +171,7 @@ fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
 
     // A package registered as a kind; an object waiting for its Secret; an upgrade; the object and the definition deleted.
     let lyra = Lyra::new();
-    let push = |workflow: &str, version: &str| {
-        lyra.write_workflow("webapp", workflow);
-        let out = format!("webapp-{version}");
-        lyra.ok(&["package", "webapp", "--version", version, "--out", &out]);
-        lyra.ok(&["push", &out, &registry.url(&format!("webapp:{version}"))]);
-        registry.url(&format!("webapp:{version}"))
-    };
+    let push = |workflow: &str, version: &str| registry.publish(&lyra, "webapp", workflow, version);
     let definition = |package: &str| {
         format!(
             "apiVersion: lyra.dev/v1alpha1\nkind: WorkflowDefinition\nmetadata:\n  name: webapp\n\
@@ -222,7 +205,7 @@ fn the_charts_rbac_is_exactly_the_calls_the_controller_makes() {
         .filter(|r| !r.resource.is_empty())
         .collect();
     assert!(!calls.is_empty(), "the emulator recorded no call of {CONTROLLER_USER}");
-    let rules = installed_rules(&kubectl);
+    let rules = installed_rules(kubectl);
 
     // Every call is allowed...
     let denied: BTreeSet<String> = calls
