@@ -142,7 +142,9 @@
 //!   sends are ignored rather than taken (no clearing them with `[{}]`, no `kubectl replace`
 //!   of ownership). Field sets are not converted between versions, a map a removal empties
 //!   goes with it, and the server's own writes (a namespace's `default` ServiceAccount...)
-//!   record no entry.
+//!   record no entry. A value nested more than 32 levels deep is owned whole, where the
+//!   apiserver tracks each level: a `fieldsV1` as deep as the deepest object it takes would
+//!   make that kind's lists unreadable to clients that bound nesting (kube-rs at 128).
 //! - Strategic merge patch (and an apply of a built-in kind) knows merge keys by field name
 //!   (`containers`, `env`, `volumes`, `webhooks` by `name`, `ports` by `port` or
 //!   `containerPort`...), not from each kind's types; other lists are replaced, and CRs reject

@@ -15,6 +15,7 @@
 //! lists are atomic leaves, but those of built-in kinds with a strategic merge key
 //! (`containers` by `name`...) own items one by one (`k:{"name":"app"}`). Custom resources'
 //! lists are atomic, as the apiserver's default (`x-kubernetes-list-type` is not read).
+//! Below 32 levels a value is owned whole (see `OWNED_DEPTH`).
 
 use std::collections::BTreeMap;
 
@@ -143,8 +144,36 @@ fn item_segment(key: &str, item: &Value) -> String {
     format!("k:{}", json!({ key: item[key] }))
 }
 
-/// The part of `obj` that can be owned.
+/// How deep field sets go: a map nested deeper is owned whole, as one field. The apiserver
+/// tracks every level, but a `fieldsV1` as deep as a 10,000-level object cannot be read by
+/// clients that bound their nesting (serde_json, so kube-rs, stops at 128): one such object
+/// would make every list of its kind unreadable.
+const OWNED_DEPTH: usize = 32;
+
+/// `v` with every value nested `OWNED_DEPTH` levels below `depth` replaced by its text: a
+/// leaf that still compares unequal when anything in it changes.
+fn cut_deep(v: &mut Value, depth: usize) {
+    if depth >= OWNED_DEPTH {
+        if v.is_object() || v.is_array() {
+            *v = Value::String(v.to_string());
+        }
+        return;
+    }
+    match v {
+        Value::Object(m) => m.values_mut().for_each(|c| cut_deep(c, depth + 1)),
+        Value::Array(items) => items.iter_mut().for_each(|c| cut_deep(c, depth + 1)),
+        _ => {}
+    }
+}
+
+/// The part of `obj` that can be owned, cut at `OWNED_DEPTH`.
 fn ownable(obj: &Value, shape: Shape) -> Value {
+    let mut owned = ownable_whole(obj, shape);
+    cut_deep(&mut owned, 0);
+    owned
+}
+
+fn ownable_whole(obj: &Value, shape: Shape) -> Value {
     let Some(m) = obj.as_object() else {
         return json!({});
     };
@@ -633,6 +662,40 @@ mod tests {
 
     fn apply(s: &mut State, rt: &Arc<ResourceType>, body: Value, manager: &str) -> Arc<Value> {
         patch(s, rt, PatchKind::Apply, body, Subresource::Main, by(manager, true)).unwrap()
+    }
+
+    fn depth(v: &Value) -> usize {
+        match v {
+            Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+            Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn a_deep_value_is_owned_whole_below_the_owned_depth() {
+        let (mut s, t) = cluster();
+        let mut deep = json!("bottom");
+        for _ in 0..200 {
+            deep = json!({ "d": deep });
+        }
+        let obj = apply(&mut s, &t, thing(json!({"deep": deep.clone(), "x": 1})), "m");
+        let fields = &entry(&obj, "m", "Apply")["fieldsV1"];
+        assert!(
+            depth(fields) <= super::OWNED_DEPTH + 2,
+            "fieldsV1 {} deep",
+            depth(fields)
+        );
+        assert_eq!(obj["spec"]["deep"], deep, "the object itself is whole");
+        // Changed below the cut: still this manager's change; left out: removed whole.
+        let mut other = json!("changed");
+        for _ in 0..200 {
+            other = json!({ "d": other });
+        }
+        let obj = apply(&mut s, &t, thing(json!({"deep": other.clone(), "x": 1})), "m");
+        assert_eq!(obj["spec"]["deep"], other);
+        let obj = apply(&mut s, &t, thing(json!({"x": 1})), "m");
+        assert!(obj["spec"].get("deep").is_none(), "{}", obj["spec"]);
     }
 
     fn entry<'a>(obj: &'a Value, manager: &str, operation: &str) -> &'a Value {
