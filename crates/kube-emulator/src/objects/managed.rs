@@ -679,7 +679,7 @@ mod tests {
         for _ in 0..200 {
             deep = json!({ "d": deep });
         }
-        let obj = apply(&mut s, &t, thing(json!({"deep": deep.clone(), "x": 1})), "m");
+        let obj = apply(&mut s, &t, thing(json!({"deep": deep, "x": 1})), "m");
         let fields = &entry(&obj, "m", "Apply")["fieldsV1"];
         assert!(
             depth(fields) <= super::OWNED_DEPTH + 2,
@@ -692,7 +692,7 @@ mod tests {
         for _ in 0..200 {
             other = json!({ "d": other });
         }
-        let obj = apply(&mut s, &t, thing(json!({"deep": other.clone(), "x": 1})), "m");
+        let obj = apply(&mut s, &t, thing(json!({"deep": other, "x": 1})), "m");
         assert_eq!(obj["spec"]["deep"], other);
         let obj = apply(&mut s, &t, thing(json!({"x": 1})), "m");
         assert!(obj["spec"].get("deep").is_none(), "{}", obj["spec"]);
