@@ -25,6 +25,7 @@ pub mod pod;
 pub mod postgres;
 pub mod registry;
 pub mod tools;
+pub mod webhook;
 
 use std::fmt;
 use std::io::Read;

@@ -43,6 +43,7 @@ mod e2e {
     mod kube_concurrency;
     mod kube_emulator;
     mod kube_rs_controller;
+    mod kube_webhook_api;
     mod kube_webhooks;
     mod language;
     mod leases;
