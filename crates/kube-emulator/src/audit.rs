@@ -22,7 +22,9 @@ pub struct AuditRecord {
     /// The bearer token, or [`ANONYMOUS_ADMIN`].
     pub user: String,
     /// As RBAC names it: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
-    /// `deletecollection`; for a non-resource request, the HTTP method in lower case.
+    /// `deletecollection`; for a non-resource request, the HTTP method in lower case. A
+    /// server-side apply that creates its object is two records, `create` and `patch`: the
+    /// apiserver authorizes it as both.
     pub verb: String,
     /// `""` for the core group (and for non-resource requests).
     pub api_group: String,

@@ -107,8 +107,9 @@
 //!   token is taken as the user's name (no authentication), an `Impersonate-User` header
 //!   (`kubectl --as`; kubectl sends no token over plain HTTP) names the user instead, neither
 //!   is [`ANONYMOUS_ADMIN`]; resource requests are described as RBAC sees them (verb, group,
-//!   resource, subresource, namespace, name), discovery and other non-resource requests by
-//!   their path.
+//!   resource, subresource, namespace, name; a list or watch of `metadata.name=N` is on N; a
+//!   server-side apply that creates is a `create` and a `patch`, as the apiserver authorizes
+//!   it), discovery and other non-resource requests by their path.
 //! - Background ownerReference garbage collection when an owner is deleted.
 //! - The apiserver's size limits, with its errors: request bodies over 3 MiB (413
 //!   `RequestEntityTooLarge`, once the body is read: up to 48 MiB, beyond that at once),

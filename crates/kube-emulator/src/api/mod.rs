@@ -113,13 +113,22 @@ pub async fn handle(
         Ok(Reply::OpenApi(doc)) => openapi_response(uri.path(), &doc, params.get("hash")),
         Err(e) => e.into_response(),
     };
-    shared.audit.push(crate::audit::describe(
-        &method,
-        uri.path(),
-        &params,
-        user,
-        resp.status().as_u16(),
-    ));
+    let record = crate::audit::describe(&method, uri.path(), &params, user, resp.status().as_u16());
+    // A server-side apply that creates its object is authorized as a create too, as the
+    // apiserver does: RBAC needs both verbs for it.
+    let created_by_apply = method == Method::PATCH
+        && resp.status() == StatusCode::CREATED
+        && headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/apply-patch"));
+    if created_by_apply {
+        shared.audit.push(crate::audit::AuditRecord {
+            verb: "create".to_owned(),
+            ..record.clone()
+        });
+    }
+    shared.audit.push(record);
     resp
 }
 
