@@ -17,17 +17,12 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use integration_tests::bench::{count, kube_client, percentile};
 use integration_tests::cluster::{free_port, http_get};
 use integration_tests::{controller_bin, lyra_bin, wait_until};
-use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube_emulator::KubeEmulator;
 use serde_json::{Value, json};
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
 
 fn workflow(name: &str, input: &str) -> DynamicObject {
     serde_json::from_value(json!({
@@ -73,19 +68,10 @@ fn row(what: &str, (times, passed): &(Vec<Duration>, usize)) {
 
 #[tokio::main]
 async fn main() {
-    let requests: usize = std::env::var("LYRA_BENCH_REQUESTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
+    let requests = count("LYRA_BENCH_REQUESTS", 500);
     let dir = tempfile::tempdir().expect("tempdir");
     let emulator = KubeEmulator::start().await.expect("emulator");
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(emulator.kubeconfig_path()).expect("kubeconfig"),
-        &KubeConfigOptions::default(),
-    )
-    .await
-    .expect("config");
-    let client = Client::try_from(config).expect("client");
+    let client = kube_client(emulator.kubeconfig_path()).await;
     let raw = |kind: &str, plural: &str, group: &str, version: &str| {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         ApiResource::from_gvk_with_plural(&gvk, plural)

@@ -20,13 +20,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use integration_tests::bench::{count, kube_client, percentile};
 use integration_tests::cluster::{free_port, http_get, metric_sum};
 use integration_tests::postgres::PgTestDb;
 use integration_tests::{controller_bin, lyra_bin};
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
 use kube_emulator::KubeEmulator;
 
 const STEPS: usize = 10;
@@ -57,10 +57,6 @@ fn ready(obj: &DynamicObject) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn peak_rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -74,10 +70,7 @@ fn peak_rss_mib(pid: u32) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::var("LYRA_BENCH_OBJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let n = count("LYRA_BENCH_OBJECTS", 1000);
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join("workflows")).expect("workflows dir");
     std::fs::write(dir.path().join("workflows/ten.yaml"), ten_steps()).expect("workflow");
@@ -125,13 +118,7 @@ async fn main() {
         .expect("lyra-controller");
 
     // One watch sees every object appear and turn Ready.
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(emulator.kubeconfig_path()).expect("kubeconfig"),
-        &KubeConfigOptions::default(),
-    )
-    .await
-    .expect("config");
-    let client = Client::try_from(config).expect("client");
+    let client = kube_client(emulator.kubeconfig_path()).await;
     let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("lyra.dev", "v1alpha1", "Workflow"), "workflows");
     let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();

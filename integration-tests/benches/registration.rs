@@ -19,13 +19,12 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use integration_tests::bench::{count, kube_client, percentile};
 use integration_tests::cluster::free_port;
 use integration_tests::postgres::PgTestDb;
 use integration_tests::registry::Registry;
 use integration_tests::{controller_bin, lyra_bin};
-use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube_emulator::KubeEmulator;
 
 const WORKFLOW: &str = "\
@@ -43,10 +42,6 @@ steps:
       input: $owner
 ";
 
-fn count(var: &str, default: usize) -> usize {
-    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 fn rss_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -62,10 +57,6 @@ fn ready(data: &serde_json::Value) -> bool {
     data["status"]["conditions"]
         .as_array()
         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 #[tokio::main]
@@ -135,13 +126,7 @@ async fn main() {
         .expect("lyra-controller");
     let pid = controller.id();
 
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(emulator.kubeconfig_path()).expect("kubeconfig"),
-        &KubeConfigOptions::default(),
-    )
-    .await
-    .expect("config");
-    let client = Client::try_from(config).expect("client");
+    let client = kube_client(emulator.kubeconfig_path()).await;
     let wfd = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("lyra.dev", "v1alpha1", "WorkflowDefinition"),
         "workflowdefinitions",

@@ -17,6 +17,7 @@
 // Test helpers report skips and child output on the terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod bench;
 pub mod cluster;
 pub mod helm;
 pub mod kubectl;
