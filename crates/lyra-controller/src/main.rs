@@ -174,6 +174,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let runtime = Arc::new(Runtime::new(providers, store, settings, Arc::clone(&metrics)));
     let mut registry = lyra_package::RegistryOptions::from_env();
     registry.insecure.extend(args.insecure_registries.iter().cloned());
+    // One cache of pulled packages for the webhook and the registrar: each is pulled once.
+    let packages = Arc::new(lyra_k8s::registrar::Packages::new(registry));
 
     let client = kube::Client::try_default()
         .await
@@ -209,7 +211,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             &args,
             &client,
             &runtime,
-            registry.clone(),
+            Arc::clone(&packages),
             Arc::clone(&webhook_ready),
             shutdown.clone(),
         )?),
@@ -285,7 +287,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let registrar = args.definitions.then(|| {
         let registrar = Arc::new(lyra_k8s::registrar::Registrar::new(
             Arc::clone(&ctx),
-            registry,
+            packages,
             config.clone(),
             stop.clone(),
         ));
@@ -321,7 +323,7 @@ fn start_webhook(
     args: &Args,
     client: &kube::Client,
     runtime: &Arc<Runtime>,
-    registry: lyra_package::RegistryOptions,
+    packages: Arc<lyra_k8s::registrar::Packages>,
     ready: Arc<AtomicBool>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
@@ -342,7 +344,7 @@ fn start_webhook(
     };
     let mut admission = Admission::new(Arc::clone(runtime));
     if args.definitions {
-        admission = admission.with_definitions(client.clone(), registry);
+        admission = admission.with_definitions(client.clone(), packages);
     }
     let admission = Arc::new(admission);
     let listener = webhook::bind(addr)?;

@@ -29,7 +29,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{ApiResource, DynamicObject, DynamicResourceScope, TypeMeta};
 use kube::{Api, Client, Resource};
-use lyra_package::RegistryOptions;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -199,7 +198,7 @@ pub struct Admission {
 
 struct Definitions {
     client: Client,
-    packages: Packages,
+    packages: Arc<Packages>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -219,11 +218,8 @@ impl Admission {
     }
 
     /// Judges `WorkflowDefinition`s too, pulling packages through `registry`.
-    pub fn with_definitions(mut self, client: Client, registry: RegistryOptions) -> Admission {
-        self.definitions = Some(Definitions {
-            client,
-            packages: Packages::new(registry),
-        });
+    pub fn with_definitions(mut self, client: Client, packages: Arc<Packages>) -> Admission {
+        self.definitions = Some(Definitions { client, packages });
         self
     }
 

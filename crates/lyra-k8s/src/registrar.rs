@@ -64,7 +64,7 @@ struct KindHandle {
 pub struct Registrar {
     ctx: Arc<Context>,
     kinds: Mutex<HashMap<String, KindHandle>>,
-    packages: Packages,
+    packages: Arc<Packages>,
     /// Where objects of registered kinds are watched, and how many are reconciled at once,
     /// as for `Workflow`s.
     config: ControllerConfig,
@@ -96,16 +96,17 @@ pub(crate) enum Refusal {
 
 impl Registrar {
     /// `config`: where objects of registered kinds are watched and how many at once.
+    /// `packages` may be shared with admission, so a package is pulled once.
     pub fn new(
         ctx: Arc<Context>,
-        registry: RegistryOptions,
+        packages: Arc<Packages>,
         config: ControllerConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Registrar {
         Registrar {
             ctx,
             kinds: Mutex::new(HashMap::new()),
-            packages: Packages::new(registry),
+            packages,
             config,
             shutdown,
         }
@@ -325,13 +326,13 @@ impl Registrar {
 }
 
 /// Packages pulled through a registry, kept by digest (a digest is its content).
-pub(crate) struct Packages {
+pub struct Packages {
     registry: RegistryOptions,
     cache: Mutex<HashMap<String, Arc<Package>>>,
 }
 
 impl Packages {
-    pub(crate) fn new(registry: RegistryOptions) -> Packages {
+    pub fn new(registry: RegistryOptions) -> Packages {
         Packages {
             registry,
             cache: Mutex::new(HashMap::new()),

@@ -351,7 +351,10 @@ async fn definitions_are_checked_only_where_asked_a_bad_reference_denied_an_unre
 
     let runtime = Arc::clone(&h.admission.runtime);
     h.admission = Admission::new(runtime)
-        .with_definitions(unreachable_client(), RegistryOptions::default())
+        .with_definitions(
+            unreachable_client(),
+            Arc::new(Packages::new(lyra_package::RegistryOptions::default())),
+        )
         .with_package_timeout(Duration::from_secs(3));
     let m = denied(&decide_text(&h, &bad).await).to_owned();
     assert!(m.starts_with("InvalidPackage: spec.package"), "{m}");
