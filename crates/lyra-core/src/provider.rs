@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 
@@ -22,6 +23,22 @@ pub struct OpContext<'a> {
     /// for nothing else (see [`idempotency_key`]). Providers that can, use it to return an
     /// already-made resource instead of making a second one. `None` for other operations.
     pub idempotency_key: Option<&'a str>,
+    /// The configuration of the resource's provider: the main workflow's `providers:` entry
+    /// for the type's namespace (`Postgres: {url: $dbUrl}`) as the run resolved it, or, for a
+    /// recorded resource deleted without its workflow, as it was when the resource was
+    /// recorded. Empty when there is none. Secret values in it are the run's secrets.
+    pub config: &'a Map,
+    /// Set when the run is cancelled (Ctrl-C, SIGTERM, a lost lease). Operations that can take
+    /// long (commands, waits, slow requests) stop early and return
+    /// [`ProviderError::Cancelled`]; short ones may finish, and are recorded.
+    pub cancel: &'a AtomicBool,
+}
+
+impl OpContext<'_> {
+    /// Whether the run was cancelled.
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
 }
 
 /// The idempotency key of a create the engine asks for in run `run` of store `store_id`:
@@ -70,7 +87,14 @@ pub enum ProviderError {
     /// The desired state is not acceptable to the provider (a bad value).
     #[error("invalid value for {attribute}: {message}")]
     InvalidValue { attribute: String, message: String },
-    /// Anything else: I/O, remote errors.
+    /// The provider's configuration (the workflow's `providers:` entry) is wrong or
+    /// incomplete: retrying cannot help.
+    #[error("provider configuration: {0}")]
+    Config(String),
+    /// The operation stopped because the run was cancelled ([`OpContext::cancel`]).
+    #[error("interrupted")]
+    Cancelled,
+    /// Anything else: I/O, remote errors. A step's `retry:` retries these.
     #[error("{0}")]
     Other(String),
 }
@@ -79,6 +103,11 @@ impl ProviderError {
     pub fn other(e: impl std::fmt::Display) -> Self {
         ProviderError::Other(e.to_string())
     }
+
+    /// Whether trying again may succeed: what a step's `retry:` retries.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ProviderError::Other(_))
+    }
 }
 
 /// A set of resource types and the handlers that manage them.
@@ -86,6 +115,13 @@ impl ProviderError {
 pub trait Provider: Send + Sync {
     /// The resource types this provider manages.
     fn schemas(&self) -> Vec<ResourceSchema>;
+
+    /// The settings a workflow's `providers:` entry may give, one schema per namespace the
+    /// provider serves, named by the namespace (`Postgres`). None by default: such a provider
+    /// takes no configuration.
+    fn config_schemas(&self) -> Vec<ResourceSchema> {
+        Vec::new()
+    }
 
     /// Creates the resource described by `desired`. Providers that track
     /// [`OpContext::idempotency_key`] return the resource already made for the key instead of
@@ -114,9 +150,12 @@ pub trait Provider: Send + Sync {
     async fn delete(&self, cx: &OpContext<'_>, external_id: &str, prior: &Map) -> Result<(), ProviderError>;
 
     /// The resource made for `cx`'s idempotency key, if any. The engine asks after a run died
-    /// between calling `create` and recording the result. The default cannot tell.
-    async fn lookup(&self, cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
-        let _ = cx;
+    /// (or a create timed out) between calling `create` and recording the result; `desired`
+    /// is what that create was asked to make, so a provider whose resources have a natural key
+    /// (a role's name, an object's namespace and name, a file's path) can find it by that key
+    /// and adopt it. The default cannot tell.
+    async fn lookup(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Lookup, ProviderError> {
+        let _ = (cx, desired);
         Ok(Lookup::Unsupported)
     }
 }
@@ -146,6 +185,9 @@ impl Providers {
         for schema in provider.schemas() {
             self.by_type.insert(type_key(&schema.name), Arc::clone(provider));
             self.schemas.insert(schema);
+        }
+        for schema in provider.config_schemas() {
+            self.schemas.insert_config(schema);
         }
     }
 

@@ -20,6 +20,10 @@ pub struct AttributeSchema {
     pub immutable: bool,
     /// Never printed in plans, logs or state output.
     pub sensitive: bool,
+    /// The workflow must set it (validation says so when it does not).
+    pub required: bool,
+    /// What it is, for `lyra providers` and the language reference.
+    pub doc: String,
 }
 
 impl AttributeSchema {
@@ -31,7 +35,18 @@ impl AttributeSchema {
             computed: false,
             immutable: false,
             sensitive: false,
+            required: false,
+            doc: String::new(),
         }
+    }
+    /// The workflow must set it.
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+    pub fn doc(mut self, doc: &str) -> Self {
+        doc.clone_into(&mut self.doc);
+        self
     }
     pub fn provided(mut self) -> Self {
         self.provided = true;
@@ -60,9 +75,11 @@ impl AttributeSchema {
 /// A resource type such as `Foobernetes::Instance`.
 #[derive(Debug, Clone)]
 pub struct ResourceSchema {
-    /// Canonical name, `Namespace::Type`.
+    /// Canonical name, `Namespace::Type` (for a provider's configuration, `Namespace`).
     pub name: String,
     pub attributes: Vec<AttributeSchema>,
+    /// What it is, for `lyra providers`.
+    pub doc: String,
 }
 
 impl ResourceSchema {
@@ -70,7 +87,18 @@ impl ResourceSchema {
         ResourceSchema {
             name: name.to_owned(),
             attributes,
+            doc: String::new(),
         }
+    }
+
+    pub fn doc(mut self, doc: &str) -> Self {
+        doc.clone_into(&mut self.doc);
+        self
+    }
+
+    /// The namespace of a type name: `Postgres` for `Postgres::Role`.
+    pub fn namespace(&self) -> &str {
+        namespace_of(&self.name)
     }
 
     pub fn attribute(&self, name: &str) -> Option<&AttributeSchema> {
@@ -83,6 +111,12 @@ impl ResourceSchema {
     }
 }
 
+/// The namespace of a type name: `Postgres` for `Postgres::Role`, the whole name when it has
+/// no `::`.
+pub fn namespace_of(type_name: &str) -> &str {
+    type_name.split_once("::").map_or(type_name, |(ns, _)| ns)
+}
+
 /// Normalised key for a resource type name: type names are case-insensitive
 /// (`Foobernetes::Loadbalancer` is `Foobernetes::LoadBalancer`), as in the original.
 pub fn type_key(name: &str) -> String {
@@ -93,6 +127,8 @@ pub fn type_key(name: &str) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct SchemaRegistry {
     by_key: HashMap<String, ResourceSchema>,
+    /// Provider configuration schemas, by namespace key.
+    configs: HashMap<String, ResourceSchema>,
 }
 
 impl SchemaRegistry {
@@ -102,6 +138,23 @@ impl SchemaRegistry {
 
     pub fn get(&self, name: &str) -> Option<&ResourceSchema> {
         self.by_key.get(&type_key(name))
+    }
+
+    /// Registers the configuration schema of a namespace (named by it).
+    pub fn insert_config(&mut self, schema: ResourceSchema) {
+        self.configs.insert(type_key(&schema.name), schema);
+    }
+
+    /// The configuration schema of namespace `ns` (case-insensitive), if its provider takes one.
+    pub fn config(&self, ns: &str) -> Option<&ResourceSchema> {
+        self.configs.get(&type_key(ns))
+    }
+
+    /// The namespaces whose providers take configuration, sorted.
+    pub fn config_names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.configs.values().map(|s| s.name.as_str()).collect();
+        v.sort_unstable();
+        v
     }
 
     pub fn names(&self) -> Vec<&str> {

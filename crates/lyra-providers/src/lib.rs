@@ -74,6 +74,8 @@ pub(crate) mod test_support {
             step_id,
             type_name,
             idempotency_key: Some(String::leak(format!("test/{step_id}"))),
+            config: Box::leak(Box::new(Map::new())),
+            cancel: Box::leak(Box::new(std::sync::atomic::AtomicBool::new(false))),
         }
     }
 

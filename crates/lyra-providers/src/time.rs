@@ -107,7 +107,7 @@ impl Provider for TimeProvider {
     /// Always `Absent`, and truthfully so: a Time::Sleep is nothing but its record in the engine's
     /// state, so a create whose result was never recorded left nothing behind to find, and
     /// creating again makes no duplicate.
-    async fn lookup(&self, _cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+    async fn lookup(&self, _cx: &OpContext<'_>, _desired: &Map) -> Result<Lookup, ProviderError> {
         Ok(Lookup::Absent)
     }
 }
@@ -204,9 +204,9 @@ mod tests {
     async fn lookup_finds_nothing_outside_the_state() {
         let p = TimeProvider::new();
         let cx = cx();
-        assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+        assert!(matches!(p.lookup(&cx, &Map::new()).await.unwrap(), Lookup::Absent));
         // Even right after a create for the same key: there is nowhere it could be found.
         p.create(&cx, &Map::new()).await.unwrap();
-        assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+        assert!(matches!(p.lookup(&cx, &Map::new()).await.unwrap(), Lookup::Absent));
     }
 }

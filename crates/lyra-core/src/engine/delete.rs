@@ -148,10 +148,12 @@ impl Run<'_, '_> {
                 step_id: &rec.step_id,
                 type_name: &rec.type_name,
                 idempotency_key: key.as_deref(),
+                config: super::config::NONE.get_or_init(crate::value::Map::new),
+                cancel: self.engine.cancel,
             };
             // A pending record has no id: ask the provider what, if anything, was made.
             let target = if rec.pending {
-                match provider.lookup(&cx).await {
+                match provider.lookup(&cx, &rec.desired).await {
                     Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
                     Ok(Lookup::Absent) => None,
                     Ok(Lookup::Unsupported) => {

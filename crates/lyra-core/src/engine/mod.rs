@@ -14,6 +14,7 @@
 //! advice the caller words.
 
 mod bind;
+mod config;
 mod delete;
 mod diff;
 mod error;

@@ -143,6 +143,8 @@ impl Run<'_, '_> {
                 step_id: &id,
                 type_name: &schema.name,
                 idempotency_key: create_key.as_deref(),
+                config: super::config::NONE.get_or_init(Map::new),
+                cancel: self.engine.cancel,
             },
             prior,
             desired,
@@ -292,7 +294,7 @@ impl Run<'_, '_> {
     /// provider can tell whether the resource was made.
     async fn current(&self, t: &Target<'_>) -> Result<Option<Current>, StepError> {
         let found = match t.prior {
-            Some(rec) if rec.pending => match t.provider.lookup(&t.cx).await {
+            Some(rec) if rec.pending => match t.provider.lookup(&t.cx, &rec.desired).await {
                 Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
                 Ok(Lookup::Absent) => None,
                 Ok(Lookup::Unsupported) => {

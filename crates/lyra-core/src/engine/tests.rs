@@ -160,7 +160,7 @@ impl Provider for Scripted {
         }
         Ok(created)
     }
-    async fn lookup(&self, cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+    async fn lookup(&self, cx: &OpContext<'_>, _desired: &Map) -> Result<Lookup, ProviderError> {
         self.log.lock().unwrap().push(format!("lookup {}", cx.step_id));
         if !self.idempotent.load(Ordering::SeqCst) {
             return Ok(Lookup::Unsupported);

@@ -232,7 +232,7 @@ impl Provider for FoobernetesProvider {
         }
     }
 
-    async fn lookup(&self, cx: &OpContext<'_>) -> Result<Lookup, ProviderError> {
+    async fn lookup(&self, cx: &OpContext<'_>, _desired: &Map) -> Result<Lookup, ProviderError> {
         let key = key_of(cx)?;
         match self.kind(cx.type_name)?.0 {
             Kind::Instance => self.lookup_as::<Instance>(key).await,

@@ -580,7 +580,7 @@ async fn a_second_create_for_a_key_returns_the_first_resource() {
     let dir = tempfile::tempdir().unwrap();
     let p = provider(&dir);
     let cx = cx_at(INSTANCE, "db");
-    assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+    assert!(matches!(p.lookup(&cx, &Map::new()).await.unwrap(), Lookup::Absent));
 
     let desired = map(json!({"image": "db", "cpus": 4}));
     let first = p.create(&cx, &desired).await.unwrap();
@@ -598,13 +598,13 @@ async fn a_second_create_for_a_key_returns_the_first_resource() {
     assert_eq!(changed.external_id, first.external_id);
     assert_eq!(changed.actual, first.actual);
 
-    let looked_up = found(p.lookup(&cx).await.unwrap());
+    let looked_up = found(p.lookup(&cx, &Map::new()).await.unwrap());
     assert_eq!(looked_up.external_id, first.external_id);
     assert_eq!(looked_up.actual, first.actual);
     assert_eq!(keys_of(&p), BTreeMap::from([("test/db".to_owned(), first.external_id)]));
     // The key is the step's, not the type's: another kind of resource finds nothing under it.
     assert!(matches!(
-        p.lookup(&cx_at(WEB_SERVER, "db")).await.unwrap(),
+        p.lookup(&cx_at(WEB_SERVER, "db"), &Map::new()).await.unwrap(),
         Lookup::Absent
     ));
 }
@@ -624,7 +624,7 @@ async fn different_keys_make_different_resources() {
     let ids: HashSet<_> = [&a, &b, &c].map(|c| c.external_id.clone()).into();
     assert_eq!(ids.len(), 3);
     assert_eq!(store::load(p.file()).unwrap().web_servers.len(), 3);
-    assert_eq!(found(p.lookup(&other).await.unwrap()).external_id, c.external_id);
+    assert_eq!(found(p.lookup(&other, &Map::new()).await.unwrap()).external_id, c.external_id);
     assert_eq!(
         keys_of(&p),
         BTreeMap::from([
@@ -654,7 +654,7 @@ async fn a_create_interrupted_between_the_two_writes_is_finished_under_its_id() 
 
     let cx = cx_at(INSTANCE, "db");
     // A dangling key is no resource.
-    assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+    assert!(matches!(p.lookup(&cx, &Map::new()).await.unwrap(), Lookup::Absent));
     assert_eq!(file_text(&p), deployment_before);
 
     let desired = map(json!({"image": "db"}));
@@ -669,7 +669,7 @@ async fn a_create_interrupted_between_the_two_writes_is_finished_under_its_id() 
         instances.into_keys().collect::<BTreeSet<_>>(),
         BTreeSet::from([existing.external_id, "i-123456789".to_owned()])
     );
-    assert_eq!(found(p.lookup(&cx).await.unwrap()).actual, created.actual);
+    assert_eq!(found(p.lookup(&cx, &Map::new()).await.unwrap()).actual, created.actual);
     assert_eq!(keys_of(&p).len(), 2);
 }
 
@@ -692,7 +692,7 @@ async fn delete_drops_the_key() {
     let keep = p.create(&cx_at(LOAD_BALANCER, "keep"), &Map::new()).await.unwrap();
     let first = p.create(&cx, &Map::new()).await.unwrap();
     p.delete(&cx, &first.external_id, &first.actual).await.unwrap();
-    assert!(matches!(p.lookup(&cx).await.unwrap(), Lookup::Absent));
+    assert!(matches!(p.lookup(&cx, &Map::new()).await.unwrap(), Lookup::Absent));
     assert_eq!(
         keys_of(&p),
         BTreeMap::from([("test/keep".to_owned(), keep.external_id.clone())])
@@ -701,7 +701,7 @@ async fn delete_drops_the_key() {
     // Created again after the delete (a replace): a new resource, not the old id revived.
     let second = p.create(&cx, &Map::new()).await.unwrap();
     assert_ne!(second.external_id, first.external_id);
-    assert_eq!(found(p.lookup(&cx).await.unwrap()).external_id, second.external_id);
+    assert_eq!(found(p.lookup(&cx, &Map::new()).await.unwrap()).external_id, second.external_id);
 
     // A key left dangling by a resource removed behind Lyra's back goes with the delete too.
     let deployment = store::load(p.file()).unwrap();
@@ -724,11 +724,11 @@ async fn a_corrupt_key_file_is_an_error_naming_it() {
     std::fs::write(p.keys_file(), "[1, 2]").unwrap();
     let err = p.create(&cx(INSTANCE), &Map::new()).await.unwrap_err();
     assert!(err.to_string().contains(&p.keys_file().display().to_string()), "{err}");
-    assert!(p.lookup(&cx(INSTANCE)).await.is_err());
+    assert!(p.lookup(&cx(INSTANCE), &Map::new()).await.is_err());
     assert!(!p.file().exists());
     // An emptied key file is an empty index, like an emptied cloud.
     std::fs::write(p.keys_file(), "\n").unwrap();
-    assert!(matches!(p.lookup(&cx(INSTANCE)).await.unwrap(), Lookup::Absent));
+    assert!(matches!(p.lookup(&cx(INSTANCE), &Map::new()).await.unwrap(), Lookup::Absent));
 }
 
 #[test]
