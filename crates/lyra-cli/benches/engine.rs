@@ -61,6 +61,7 @@ fn scenario(shape: &str, n: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: dir.path().join("deployment.json"),
+        ..ProvidersConfig::default()
     });
     let text = if shape == "sleep" {
         sleeps(n)

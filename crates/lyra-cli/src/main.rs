@@ -366,6 +366,7 @@ fn fenced(e: &StoreError) -> bool {
 async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: a.exec.foobernetes_file.clone(),
+        ..ProvidersConfig::default()
     });
     let target = load::locate_target(&a.workflow).await?;
     if a.name.is_none() {
@@ -432,6 +433,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
 async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: a.exec.foobernetes_file.clone(),
+        ..ProvidersConfig::default()
     });
     let url = a.state.state.as_deref();
     let store = open_existing(url).await?;

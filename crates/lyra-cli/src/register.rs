@@ -32,6 +32,7 @@ pub async fn register(a: &RegisterArgs, out: Output) -> Result<(), Exit> {
     let pinned = reference.pinned(&package.digest).to_string();
     let providers = builtin(&ProvidersConfig {
         foobernetes_file: a.foobernetes_file.clone(),
+        ..ProvidersConfig::default()
     });
     let mut sources = Sources::default();
     let program = lyra_core::program::load(

@@ -164,6 +164,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("opening the state {}", lyra_state::redact_url(&args.state)))?;
     let providers = Arc::new(builtin(&ProvidersConfig {
         foobernetes_file: args.foobernetes_file.clone(),
+        ..ProvidersConfig::default()
     }));
     let metrics = Arc::new(Metrics::new());
     let mut settings = Settings::new(&args.workflows);

@@ -123,6 +123,15 @@ pub trait Provider: Send + Sync {
         Vec::new()
     }
 
+    /// What forces a replace beyond the schema's immutable attributes: the attributes (or
+    /// paths inside them, `manifest.metadata.name`) whose change from `actual` to `desired`
+    /// the provider cannot make in place. The engine plans a replace instead of an update
+    /// when this is not empty. Called only when an update is planned. The default: nothing.
+    fn replace_reasons(&self, type_name: &str, desired: &Map, actual: &Map) -> Vec<String> {
+        let _ = (type_name, desired, actual);
+        Vec::new()
+    }
+
     /// Creates the resource described by `desired`. Providers that track
     /// [`OpContext::idempotency_key`] return the resource already made for the key instead of
     /// making a second one, and say so through [`Provider::lookup`].

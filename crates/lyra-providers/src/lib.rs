@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use lyra_core::provider::Providers;
+use lyra_core::provider::{OpContext, ProviderError, Providers};
 
 pub mod foobernetes;
 pub mod null;
@@ -20,19 +20,53 @@ pub use foobernetes::FoobernetesProvider;
 pub use null::NullProvider;
 pub use time::TimeProvider;
 
-/// Settings of the built-in providers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Settings of the built-in providers: what the program running them (the CLI, the
+/// controller) decides, as opposed to what a workflow's `providers:` block says.
+#[derive(Debug, Clone)]
 pub struct ProvidersConfig {
     /// Where the Foobernetes fake cloud lives; relative paths resolve against the working
     /// directory at the time of each operation, as in the original.
     pub foobernetes_file: PathBuf,
+    /// `None` (the CLI): `File::File` paths are the user's, relative ones resolved against the
+    /// working directory. `Some(dir)` (the controller): every path resolves inside `dir` and
+    /// none may leave it (`..`, absolute paths, links out), since whoever can create a
+    /// Workflow object could otherwise write any file the controller can.
+    pub files_root: Option<PathBuf>,
+    /// Whether `Exec::Command` may run commands. The controller refuses them unless told
+    /// (`--allow-exec`): a Workflow object would otherwise run any command as the controller.
+    pub allow_exec: bool,
+    /// Labels `Kubernetes::Object` adds to every object it applies, from the deployment's
+    /// name: the controller's point back to the object whose workflow made them.
+    pub kubernetes_owner_labels: Option<fn(&str) -> Vec<(String, String)>>,
 }
 
 impl Default for ProvidersConfig {
     fn default() -> Self {
         ProvidersConfig {
             foobernetes_file: PathBuf::from("deployment.json"),
+            files_root: None,
+            allow_exec: true,
+            kubernetes_owner_labels: None,
         }
+    }
+}
+
+/// Runs `op` until it finishes or the run is cancelled ([`OpContext::cancel`], polled every
+/// 50 ms), whichever comes first; a cancelled `op` is dropped (a child process spawned with
+/// `kill_on_drop`, a request in flight, a wait) and the result is
+/// [`ProviderError::Cancelled`]. For operations that may take long; short ones need not.
+pub async fn cancellable<T>(
+    cx: &OpContext<'_>,
+    op: impl Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    let watch = async {
+        while !cx.cancelled() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        r = op => r,
+        () = watch => Err(ProviderError::Cancelled),
     }
 }
 

@@ -56,6 +56,7 @@ async fn harness() -> Harness {
         .unwrap();
     let providers = Arc::new(builtin(&ProvidersConfig {
         foobernetes_file: dir.path().join("deployment.json"),
+        ..ProvidersConfig::default()
     }));
     let runtime = Runtime::new(providers, store, Settings::new(&workflows), Arc::new(Metrics::new()));
     Harness {

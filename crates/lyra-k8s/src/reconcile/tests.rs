@@ -94,6 +94,7 @@ impl Harness {
     fn runtime_with(&self, cloud: &Path) -> Runtime {
         let providers = Arc::new(builtin(&ProvidersConfig {
             foobernetes_file: cloud.to_path_buf(),
+            ..ProvidersConfig::default()
         }));
         let mut settings = Settings::new(self.dir.path().join("workflows"));
         settings.backoff = Backoff {

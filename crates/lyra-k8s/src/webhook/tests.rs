@@ -86,6 +86,7 @@ async fn serves_reviews_over_verified_tls_and_swaps_its_certificate_while_servin
         .unwrap();
     let providers = Arc::new(builtin(&ProvidersConfig {
         foobernetes_file: dir.path().join("deployment.json"),
+        ..ProvidersConfig::default()
     }));
     let runtime = Runtime::new(
         providers,
