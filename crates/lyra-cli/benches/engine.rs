@@ -90,6 +90,7 @@ fn scenario(shape: &str, n: usize) {
             concurrency,
             cancel: &cancel,
             hints: &lyra_host::Advice,
+            timer: &lyra_providers::TokioTimer,
         };
         let data = Map::new();
         let t = Instant::now();

@@ -356,6 +356,7 @@ fn engine<'a>(
         concurrency: exec.concurrency as usize,
         cancel,
         hints: &lyra_host::Advice,
+        timer: &lyra_providers::TokioTimer,
     }
 }
 

@@ -148,6 +148,7 @@ async fn dry_run(
         concurrency: 16,
         cancel: &cancel,
         hints: &lyra_host::Advice,
+        timer: &lyra_providers::TokioTimer,
     };
     let mut text = format!(
         "would register WorkflowDefinition {def_name} ({}) from {pinned}\n",

@@ -16,6 +16,43 @@ pub struct Workflow {
     pub name: String,
     pub file: FileId,
     pub root: Step,
+    /// The `providers:` block: each provider's configuration, by namespace. Only the main
+    /// workflow's is used (validation refuses one in a called workflow); its values read the
+    /// top-level parameters.
+    pub providers: Vec<ProviderConfig>,
+}
+
+/// One entry of `providers:`, `Postgres: {url: $dbUrl}`.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// The namespace as written (`Postgres`).
+    pub namespace: String,
+    pub span: Span,
+    pub value: Vec<Attr>,
+}
+
+/// A resource step's `retry:` and `timeout:`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Controls {
+    /// How many times a provider call is made at most (1: no retry).
+    pub attempts: u32,
+    /// The wait before the first retry; doubled after each, up to `max_backoff`.
+    pub backoff: std::time::Duration,
+    pub max_backoff: std::time::Duration,
+    /// The most one provider call may take; it is abandoned then.
+    pub timeout: Option<std::time::Duration>,
+}
+
+impl Controls {
+    /// No retry, no timeout.
+    pub fn none() -> Controls {
+        Controls {
+            attempts: 1,
+            backoff: std::time::Duration::from_secs(1),
+            max_backoff: std::time::Duration::from_secs(30),
+            timeout: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -43,6 +80,7 @@ pub enum StepKind {
         type_span: Span,
         value: Vec<Attr>,
         external_id: Option<(Expr, Span)>,
+        controls: Controls,
     },
     Collection {
         over: Over,

@@ -129,6 +129,21 @@ pub fn load(
     if unknown_call {
         unloaded.on_path = source.names();
     }
+    for (name, wf) in &parsed {
+        if name != main_name
+            && let Some(block) = wf.providers.first()
+        {
+            diags.push(
+                Diagnostic::new(
+                    block.span,
+                    format!("'providers' belongs to the main workflow; '{name}' is called by '{main_name}'"),
+                )
+                .with_help(format!(
+                    "configure providers in '{main_name}': a called workflow uses the main workflow's"
+                )),
+            );
+        }
+    }
     let mut workflows = HashMap::new();
     for (name, mut wf) in parsed {
         if let Err(d) = validate(&mut wf, schemas, &sigs, &unloaded) {

@@ -94,6 +94,9 @@ pub enum ProviderError {
     /// The operation stopped because the run was cancelled ([`OpContext::cancel`]).
     #[error("interrupted")]
     Cancelled,
+    /// The engine gave the operation up at the step's `timeout:`.
+    #[error("timed out after {}", humantime::format_duration(*.0))]
+    TimedOut(std::time::Duration),
     /// Anything else: I/O, remote errors. A step's `retry:` retries these.
     #[error("{0}")]
     Other(String),
@@ -106,7 +109,13 @@ impl ProviderError {
 
     /// Whether trying again may succeed: what a step's `retry:` retries.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ProviderError::Other(_))
+        matches!(self, ProviderError::Other(_) | ProviderError::TimedOut(_))
+    }
+
+    /// Whether the operation may have had its effect although it failed: it was cut short
+    /// (a timeout, a cancellation) rather than refused.
+    pub fn is_indefinite(&self) -> bool {
+        matches!(self, ProviderError::Cancelled | ProviderError::TimedOut(_))
     }
 }
 

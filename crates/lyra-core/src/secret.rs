@@ -76,6 +76,19 @@ impl Secrets {
     /// marks (`schema`).
     pub fn add_record(&mut self, rec: &ResourceRecord, schema: Option<&ResourceSchema>) {
         for attr in record_secret_names(rec, schema) {
+            if attr == crate::engine::PROVIDER_CONFIG_KEY {
+                // Only the secret settings: the rest (a host, a namespace) would be masked
+                // everywhere else too.
+                let entry = rec.desired.get(&attr);
+                let settings = entry.and_then(|e| e.get("settings"));
+                let names = entry.and_then(|e| e.get("secret")).and_then(Value::as_array);
+                for n in names.into_iter().flatten().filter_map(Value::as_str) {
+                    if let Some(v) = settings.and_then(|s| s.get(n)) {
+                        self.add(v);
+                    }
+                }
+                continue;
+            }
             for m in [&rec.desired, &rec.actual] {
                 if let Some(v) = m.get(&attr) {
                     self.add(v);

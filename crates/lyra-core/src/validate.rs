@@ -58,6 +58,7 @@ pub fn validate(
         unloaded,
         diags: Diagnostics::default(),
     };
+    cx.providers(wf);
     let inputs = cx.step(&mut wf.root, true);
     // The top level reads only its own parameters (which come from data). What a top-level
     // resource or collection reads beyond them is not declared; parameter values, guards and
@@ -103,6 +104,90 @@ fn add(inputs: &mut Inputs, name: &str, span: Span) {
 }
 
 impl Cx<'_> {
+    /// The `providers:` block: known namespaces that take configuration, known settings of
+    /// the right type, values that read only the top-level parameters.
+    fn providers(&mut self, wf: &Workflow) {
+        let mut seen: HashSet<String> = HashSet::new();
+        for block in &wf.providers {
+            if !seen.insert(crate::schema::type_key(&block.namespace)) {
+                self.diags.error(
+                    block.span,
+                    format!("provider '{}' is configured twice", block.namespace),
+                );
+                continue;
+            }
+            let Some(schema) = self.schemas.config(&block.namespace) else {
+                let configurable = self.schemas.config_names().join(", ");
+                let serves = self.schemas.names().iter().any(|t| {
+                    crate::schema::type_key(crate::schema::namespace_of(t)) == crate::schema::type_key(&block.namespace)
+                });
+                let msg = if serves {
+                    format!("provider '{}' takes no configuration", block.namespace)
+                } else {
+                    format!("unknown provider '{}' in 'providers'", block.namespace)
+                };
+                self.diags.push(
+                    Diagnostic::new(block.span, msg)
+                        .with_help(format!("providers that take configuration: {configurable}")),
+                );
+                continue;
+            };
+            for a in &block.value {
+                let Some(attr) = schema.attribute(&a.name) else {
+                    let known: Vec<&str> = schema.attributes.iter().map(|x| x.name.as_str()).collect();
+                    self.diags.push(
+                        Diagnostic::new(
+                            a.span,
+                            format!("unknown setting '{}' of provider {}", a.name, schema.name),
+                        )
+                        .with_help(format!("{} takes: {}", schema.name, known.join(", "))),
+                    );
+                    continue;
+                };
+                if let crate::expr::Expr::Lit(v) = &a.expr
+                    && let Err(e) = attr.ty.coerce(v)
+                {
+                    self.diags.error(
+                        a.span,
+                        format!(
+                            "setting '{}' of provider {} expects {}, got {}",
+                            a.name, schema.name, e.expected, e.found
+                        ),
+                    );
+                }
+                for r in a.expr.refs() {
+                    if !wf.root.params.iter().any(|p| p.name == r.name) {
+                        self.diags.push(
+                            Diagnostic::new(
+                                r.span,
+                                format!(
+                                    "provider settings read only the top-level parameters; '${}' is not one",
+                                    r.name
+                                ),
+                            )
+                            .with_help(format!(
+                                "declare it: `parameters: [{}]` reads the data key '{}' (type it Sensitive if it is a secret)",
+                                r.name, r.name
+                            )),
+                        );
+                    }
+                }
+            }
+            let missing: Vec<&str> = schema
+                .attributes
+                .iter()
+                .filter(|x| x.required && !block.value.iter().any(|a| a.name == x.name))
+                .map(|x| x.name.as_str())
+                .collect();
+            if !missing.is_empty() {
+                self.diags.error(
+                    block.span,
+                    format!("provider {} needs {}", schema.name, missing.join(", ")),
+                );
+            }
+        }
+    }
+
     /// A top-level parameter's `value` reads `$r`: nothing encloses the top level, and the
     /// parameters of one step do not see each other, so it cannot be defined.
     fn top_value_reference(&mut self, p: &crate::model::Param, r: &crate::expr::Ref, params: &[crate::model::Param]) {
@@ -177,6 +262,7 @@ impl Cx<'_> {
                 type_span,
                 value,
                 external_id,
+                ..
             } => {
                 let mut inner = Inputs::new();
                 for a in value.iter() {
@@ -265,6 +351,22 @@ impl Cx<'_> {
                                     }
                                 }
                             }
+                        }
+                        let missing: Vec<&str> = schema
+                            .attributes
+                            .iter()
+                            .filter(|a| a.required && !value.iter().any(|v| v.name == a.name))
+                            .map(|a| a.name.as_str())
+                            .collect();
+                        if !missing.is_empty() {
+                            let list = missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", ");
+                            self.diags.push(
+                                Diagnostic::new(
+                                    step.span,
+                                    format!("step '{step_name}' does not set {list}, which {} requires", schema.name),
+                                )
+                                .with_help("`lyra providers` lists every attribute of every type"),
+                            );
                         }
                         for r in &step.returns {
                             match r.source_name() {

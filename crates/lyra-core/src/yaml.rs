@@ -12,7 +12,11 @@ use yaml_rust2::scanner::TokenType;
 use crate::diag::{Diagnostic, Diagnostics, FileId, Span};
 use crate::expr::{Expr, Ref};
 use crate::guard::Guard;
-use crate::model::{Attr, Over, Param, ParamSource, Return, ReturnSource, Step, StepKind, Workflow};
+use std::time::Duration;
+
+use crate::model::{
+    Attr, Controls, Over, Param, ParamSource, ProviderConfig, Return, ReturnSource, Step, StepKind, Workflow,
+};
 use crate::types::Type;
 use crate::value::{MAX_DEPTH, Map, Value};
 
@@ -40,8 +44,14 @@ pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<W
         diags: Diagnostics::default(),
     };
     let span = Span::new(file, 1, 1);
+    let mut providers = Vec::new();
     let root = match node.as_mapping() {
-        Some(map) => fe.step(name, span, map),
+        Some(map) => {
+            if let Some(n) = map.get_node("providers") {
+                providers = fe.providers(n);
+            }
+            fe.step_at(name, span, map, true)
+        }
         None => {
             fe.diags
                 .error(fe.span(&node), "a workflow file must be a mapping (a step)");
@@ -53,6 +63,7 @@ pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<W
             name: name.to_owned(),
             file,
             root,
+            providers,
         }),
         fe.diags,
     )
@@ -391,6 +402,128 @@ impl FrontEnd {
     }
 
     fn step(&mut self, name: &str, span: Span, map: &MarkedMappingNode) -> Option<Step> {
+        self.step_at(name, span, map, false)
+    }
+
+    /// `providers:`: a mapping of namespaces to their settings.
+    fn providers(&mut self, node: &Node) -> Vec<ProviderConfig> {
+        let mut out = Vec::new();
+        match node {
+            Node::Mapping(m) => {
+                for (k, v) in m.iter() {
+                    let span = self.key_span(k);
+                    let mut value = Vec::new();
+                    match v {
+                        Node::Mapping(settings) => {
+                            for (sk, sv) in settings.iter() {
+                                value.push(Attr {
+                                    name: sk.as_str().to_owned(),
+                                    span: self.key_span(sk),
+                                    expr: self.expr(sv),
+                                });
+                            }
+                        }
+                        Node::Scalar(s) if s.as_str().is_empty() => {}
+                        other => {
+                            self.err(
+                                self.span(other),
+                                format!("the settings of provider '{}' must be a mapping", k.as_str()),
+                            );
+                            continue;
+                        }
+                    }
+                    out.push(ProviderConfig {
+                        namespace: k.as_str().to_owned(),
+                        span,
+                        value,
+                    });
+                }
+            }
+            Node::Scalar(s) if s.as_str().is_empty() => {}
+            other => self.err(
+                self.span(other),
+                "'providers' must be a mapping of provider namespaces to their settings",
+            ),
+        }
+        out
+    }
+
+    /// A duration such as `30s`, `1m30s` or `500ms`.
+    fn duration(&mut self, node: &Node, what: &str) -> Option<Duration> {
+        let src = self.string(node, what)?;
+        match humantime::parse_duration(&src) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                self.err(self.span(node), format!("{what} must be longer than zero"));
+                None
+            }
+            Err(e) => {
+                self.err(
+                    self.span(node),
+                    format!("{what} '{src}' is not a duration ({e}); write e.g. 30s, 1m30s or 500ms"),
+                );
+                None
+            }
+        }
+    }
+
+    /// `retry:` (`3`, or `{attempts: 3, backoff: 2s, max_backoff: 1m}`) and `timeout:`.
+    fn controls(&mut self, map: &MarkedMappingNode) -> Controls {
+        let mut c = Controls::none();
+        if let Some(n) = map.get_node("timeout") {
+            c.timeout = self.duration(n, "'timeout'");
+        }
+        let attempts = |fe: &mut Self, n: &Node| -> Option<u32> {
+            match n.as_scalar().and_then(|s| s.as_str().parse::<u32>().ok()) {
+                Some(a) if (1..=100).contains(&a) => Some(a),
+                _ => {
+                    fe.err(fe.span(n), "'attempts' must be a whole number from 1 to 100");
+                    None
+                }
+            }
+        };
+        match map.get_node("retry") {
+            None => {}
+            Some(n @ Node::Scalar(_)) => {
+                if let Some(a) = attempts(self, n) {
+                    c.attempts = a;
+                }
+            }
+            Some(Node::Mapping(m)) => {
+                for (k, v) in m.iter() {
+                    match k.as_str() {
+                        "attempts" => {
+                            if let Some(a) = attempts(self, v) {
+                                c.attempts = a;
+                            }
+                        }
+                        "backoff" => {
+                            if let Some(d) = self.duration(v, "'backoff'") {
+                                c.backoff = d;
+                            }
+                        }
+                        "max_backoff" => {
+                            if let Some(d) = self.duration(v, "'max_backoff'") {
+                                c.max_backoff = d;
+                            }
+                        }
+                        other => self.diags.push(
+                            Diagnostic::new(self.key_span(k), format!("unknown key '{other}' in 'retry'"))
+                                .with_help("'retry' takes: attempts, backoff, max_backoff"),
+                        ),
+                    }
+                }
+                c.max_backoff = c.max_backoff.max(c.backoff);
+            }
+            Some(other) => self.err(
+                self.span(other),
+                "'retry' must be a number of attempts or a mapping of attempts, backoff and max_backoff",
+            ),
+        }
+        c
+    }
+
+    fn step_at(&mut self, name: &str, span: Span, map: &MarkedMappingNode, top: bool) -> Option<Step> {
         let has = |k: &str| map.get_node(k).is_some();
         let coll_keys: Vec<&str> = COLLECTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         let kinds = [has("steps"), !coll_keys.is_empty(), has("call"), has("resource")];
@@ -417,7 +550,7 @@ impl FrontEnd {
         } else if kinds[2] {
             (&["call"], true)
         } else if kinds[3] {
-            (&["resource", "value", "external_id"], false)
+            (&["resource", "value", "external_id", "retry", "timeout"], false)
         } else {
             self.err(
                 span,
@@ -426,7 +559,10 @@ impl FrontEnd {
             return None;
         };
         for (k, _) in map.iter() {
-            if !allowed.contains(&k.as_str()) && !COMMON_KEYS.contains(&k.as_str()) {
+            let known = allowed.contains(&k.as_str())
+                || COMMON_KEYS.contains(&k.as_str())
+                || (top && k.as_str() == "providers");
+            if !known {
                 let kind = if kinds[0] {
                     "workflow"
                 } else if kinds[1] {
@@ -541,11 +677,13 @@ impl FrontEnd {
                 None => {}
             }
             let external_id = map.get_node("external_id").map(|n| (self.expr(n), self.span(n)));
+            let controls = self.controls(map);
             StepKind::Resource {
                 type_name,
                 type_span,
                 value,
                 external_id,
+                controls,
             }
         };
         // A call's `parameters` are its arguments (taken above): it has none of its own.

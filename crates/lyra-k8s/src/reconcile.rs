@@ -44,6 +44,15 @@ pub struct ObjectKey {
     pub kind: Option<String>,
 }
 
+/// The engine's timer (a step's `retry:` and `timeout:`) on the controller's runtime.
+struct TokioTimer;
+
+impl lyra_core::engine::Timer for TokioTimer {
+    fn sleep(&self, d: Duration) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(d))
+    }
+}
+
 impl ObjectKey {
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjectKey {
         ObjectKey {
@@ -897,6 +906,7 @@ impl Runtime {
             concurrency: self.settings.concurrency,
             cancel,
             hints: &lyra_host::Advice,
+            timer: &TokioTimer,
         }
     }
 

@@ -20,6 +20,9 @@ pub use foobernetes::FoobernetesProvider;
 pub use null::NullProvider;
 pub use time::TimeProvider;
 
+/// The labels that point from an object back to the deployment that made it.
+pub type OwnerLabels = fn(&str) -> Vec<(String, String)>;
+
 /// Settings of the built-in providers: what the program running them (the CLI, the
 /// controller) decides, as opposed to what a workflow's `providers:` block says.
 #[derive(Debug, Clone)]
@@ -37,7 +40,7 @@ pub struct ProvidersConfig {
     pub allow_exec: bool,
     /// Labels `Kubernetes::Object` adds to every object it applies, from the deployment's
     /// name: the controller's point back to the object whose workflow made them.
-    pub kubernetes_owner_labels: Option<fn(&str) -> Vec<(String, String)>>,
+    pub kubernetes_owner_labels: Option<OwnerLabels>,
 }
 
 impl Default for ProvidersConfig {
@@ -48,6 +51,16 @@ impl Default for ProvidersConfig {
             allow_exec: true,
             kubernetes_owner_labels: None,
         }
+    }
+}
+
+/// The engine's timer on tokio (`lyra_core::engine::Timer`), for the binaries and tests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioTimer;
+
+impl lyra_core::engine::Timer for TokioTimer {
+    fn sleep(&self, d: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(d))
     }
 }
 

@@ -14,6 +14,7 @@ use super::{CANCELLED, Run};
 use crate::provider::{Lookup, OpContext, Provider};
 use crate::report::{Action, Mode, Status, StepReport};
 use crate::state::ResourceRecord;
+use crate::value::Map;
 
 /// Where the deletion of each resource stands.
 struct Progress {
@@ -143,17 +144,21 @@ impl Run<'_, '_> {
                 source,
             };
             let key = rec.pending.then(|| pending_key(self.deployment, rec));
+            let no_config: &Map = super::config::none();
             let cx = OpContext {
                 deployment: self.deployment,
                 step_id: &rec.step_id,
                 type_name: &rec.type_name,
                 idempotency_key: key.as_deref(),
-                config: super::config::NONE.get_or_init(crate::value::Map::new),
+                // As recorded; a record made before its provider had settings takes the run's.
+                config: super::config::recorded(rec)
+                    .or_else(|| self.configs.for_type(&rec.type_name).map(|c| &c.map))
+                    .unwrap_or(no_config),
                 cancel: self.engine.cancel,
             };
             // A pending record has no id: ask the provider what, if anything, was made.
             let target = if rec.pending {
-                match provider.lookup(&cx, &rec.desired).await {
+                match provider.lookup(&cx, &super::config::attributes(&rec.desired)).await {
                     Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
                     Ok(Lookup::Absent) => None,
                     Ok(Lookup::Unsupported) => {

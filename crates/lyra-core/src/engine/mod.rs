@@ -42,6 +42,7 @@ use crate::types::Type;
 use crate::value::{Map, Value, dig, too_deep, too_deep_message};
 
 use bind::coerce_opt;
+pub use config::RECORD_KEY as PROVIDER_CONFIG_KEY;
 use error::{StepError, type_error_text};
 pub use hints::Hints;
 
@@ -49,6 +50,12 @@ pub use hints::Hints;
 pub trait Observer: Send + Sync {
     fn step_started(&self, _id: &str, _type_name: &str) {}
     fn step_finished(&self, _report: &StepReport) {}
+}
+
+/// How the engine waits, for a step's `retry:` backoff and `timeout:`: the core has no
+/// runtime of its own, so the host gives its timer (`lyra_providers::TokioTimer`).
+pub trait Timer: Send + Sync {
+    fn sleep(&self, d: Duration) -> futures::future::BoxFuture<'static, ()>;
 }
 
 /// An observer that ignores everything.
@@ -75,10 +82,13 @@ pub struct Engine<'a> {
     pub sources: &'a Sources,
     /// At most this many provider operations at once.
     pub concurrency: usize,
-    /// Set to stop scheduling new steps; running ones finish and are recorded.
+    /// Set to stop scheduling new steps; running ones finish and are recorded, and providers
+    /// see it ([`crate::provider::OpContext::cancel`]) so long operations stop early.
     pub cancel: &'a AtomicBool,
     /// The advice some messages end with, worded for the caller's users.
     pub hints: &'a dyn Hints,
+    /// Waits for retries and timeouts.
+    pub timer: &'a dyn Timer,
 }
 
 /// A variable with the recorded resources its value came from (for deletion order).
@@ -149,6 +159,8 @@ struct Run<'e, 'a> {
     fatal: Mutex<Option<String>>,
     /// Every secret value met so far: masked and scrubbed from all the run reports.
     secrets: Mutex<Secrets>,
+    /// The providers' settings (the main workflow's `providers:`).
+    configs: config::Configs,
 }
 
 /// The step being run: what its failure and its report need.
@@ -192,6 +204,7 @@ impl<'a> Engine<'a> {
         let started = Instant::now();
         let root = &program.main.root;
         let env = self.top_params(root, data)?;
+        let configs = self.provider_configs(&program.main, &env)?;
         let prior: HashMap<String, ResourceRecord> = self
             .readable(deployment, self.store.load(deployment).await?)?
             .map(|d| d.resources.into_iter().map(|r| (r.step_id.clone(), r)).collect())
@@ -200,8 +213,12 @@ impl<'a> Engine<'a> {
         let run_id = self
             .begin(mode == Mode::Apply, Operation::Apply, deployment, &workflow, actor)
             .await?;
-        let run = Run::new(self, mode, program, deployment, data, prior, run_id);
+        let mut run = Run::new(self, mode, program, deployment, data, prior, run_id);
+        run.configs = configs;
         run.remember_records(run.prior.values());
+        for v in config::secret_values(&run.configs) {
+            run.remember(&v);
+        }
         for v in env.values().filter(|v| v.sensitive) {
             run.remember(&v.var);
         }
@@ -262,7 +279,8 @@ impl<'a> Engine<'a> {
     /// key, a value of the wrong type), for callers that judge input ahead of a run (the
     /// controller's admission webhook). Reads and writes no state.
     pub fn check_parameters(&self, program: &Program, data: &Map) -> Result<(), EngineError> {
-        self.top_params(&program.main.root, data).map(|_| ())
+        let env = self.top_params(&program.main.root, data)?;
+        self.provider_configs(&program.main, &env).map(|_| ())
     }
 
     /// Deletes every resource recorded for the deployment, in reverse dependency order.
@@ -440,6 +458,7 @@ fn empty_workflow() -> crate::model::Workflow {
             },
             inputs: vec![],
         },
+        providers: vec![],
     }
 }
 
@@ -516,6 +535,7 @@ impl<'e, 'a> Run<'e, 'a> {
             claims: Mutex::new(Claims::default()),
             fatal: Mutex::new(None),
             secrets: Mutex::new(Secrets::default()),
+            configs: config::Configs::default(),
         }
     }
 

@@ -14,7 +14,7 @@ use super::diff::changes;
 use super::error::StepError;
 use super::{At, CANCELLED, Done, Env, Run, Val, resource_type};
 use crate::expr::{Expr, Var};
-use crate::model::{Attr, Step, StepKind};
+use crate::model::{Attr, Controls, Step, StepKind};
 use crate::provider::{Lookup, OpContext, Provider, ProviderError, idempotency_key, legacy_idempotency_key};
 use crate::report::{Action, AttrChange, Mode, Status, StepReport};
 use crate::schema::ResourceSchema;
@@ -48,6 +48,10 @@ struct Target<'s> {
     schema: &'s ResourceSchema,
     provider: &'s Arc<dyn Provider>,
     cx: OpContext<'s>,
+    /// The provider's settings, recorded with the resource.
+    config: Option<&'s super::config::Resolved>,
+    /// The step's `retry:` and `timeout:`.
+    controls: &'s Controls,
     prior: Option<&'s ResourceRecord>,
     desired: Desired,
     /// The recorded resources its values came from, for deletion order.
@@ -90,6 +94,7 @@ impl Run<'_, '_> {
             type_name,
             value,
             external_id,
+            controls,
             ..
         } = &step.kind
         else {
@@ -133,7 +138,11 @@ impl Run<'_, '_> {
         for v in env.values() {
             origins.extend(v.origins.iter().map(String::as_str));
         }
+        let config = self.configs.for_type(&schema.name);
+        let no_config: &Map = super::config::none();
         let t = Target {
+            config,
+            controls,
             at,
             type_name,
             schema,
@@ -143,7 +152,7 @@ impl Run<'_, '_> {
                 step_id: &id,
                 type_name: &schema.name,
                 idempotency_key: create_key.as_deref(),
-                config: super::config::NONE.get_or_init(Map::new),
+                config: config.map_or(no_config, |c| &c.map),
                 cancel: self.engine.cancel,
             },
             prior,
@@ -223,7 +232,10 @@ impl Run<'_, '_> {
     /// A read-only resource: read, recorded when it changed, never created, updated or
     /// deleted.
     async fn read_only(&self, t: &Target<'_>, ext: String) -> Done {
-        let actual = match t.provider.read(&t.cx, &ext, t.prior.map(|p| &p.actual)).await {
+        let actual = match self
+            .guarded(t, || t.provider.read(&t.cx, &ext, t.prior.map(|p| &p.actual)))
+            .await
+        {
             Ok(Some(a)) => match self.check_returned(t, &a) {
                 Ok(()) => a,
                 Err(e) => return self.fail_step(&t.at, e),
@@ -252,6 +264,8 @@ impl Run<'_, '_> {
                 sensitive: secret.iter().cloned().collect(),
                 create_key: None,
             };
+            let mut rec = rec;
+            super::config::record(&mut rec, t.config);
             if t.prior != Some(&rec)
                 && let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await
             {
@@ -270,7 +284,23 @@ impl Run<'_, '_> {
             Ok(c) => c,
             Err(e) => return self.fail_step(&t.at, e),
         };
-        let (action, mut changes) = changes(t.schema, &t.desired.values, &t.desired.unknown, current.as_ref());
+        let (mut action, mut changes) = changes(t.schema, &t.desired.values, &t.desired.unknown, current.as_ref());
+        if action == Action::Update
+            && let Some((_, actual)) = &current
+        {
+            let reasons = t.provider.replace_reasons(&t.schema.name, &t.desired.values, actual);
+            for c in &mut changes {
+                let forced = reasons.iter().any(|r| {
+                    r == &c.attribute
+                        || r.strip_prefix(c.attribute.as_str())
+                            .is_some_and(|rest| rest.starts_with('.'))
+                });
+                if forced {
+                    c.forces_replace = true;
+                    action = Action::Replace;
+                }
+            }
+        }
         let empty = Map::new();
         let secret = self.secret_attributes(t, current.as_ref().map_or(&empty, |(_, a)| a));
         for c in &mut changes {
@@ -294,7 +324,13 @@ impl Run<'_, '_> {
     /// provider can tell whether the resource was made.
     async fn current(&self, t: &Target<'_>) -> Result<Option<Current>, StepError> {
         let found = match t.prior {
-            Some(rec) if rec.pending => match t.provider.lookup(&t.cx, &rec.desired).await {
+            Some(rec) if rec.pending => match self
+                .guarded(t, || {
+                    let asked = super::config::attributes(&rec.desired).into_owned();
+                    async move { t.provider.lookup(&t.cx, &asked).await }
+                })
+                .await
+            {
                 Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
                 Ok(Lookup::Absent) => None,
                 Ok(Lookup::Unsupported) => {
@@ -307,7 +343,10 @@ impl Run<'_, '_> {
                 }
                 Err(e) => return Err(self.provider_failed(t, e)),
             },
-            Some(rec) => match t.provider.read(&t.cx, &rec.external_id, Some(&rec.actual)).await {
+            Some(rec) => match self
+                .guarded(t, || t.provider.read(&t.cx, &rec.external_id, Some(&rec.actual)))
+                .await
+            {
                 Ok(Some(a)) => Some((rec.external_id.clone(), a)),
                 Ok(None) => None,
                 Err(e) => return Err(self.provider_failed(t, e)),
@@ -331,13 +370,14 @@ impl Run<'_, '_> {
         // The intent is recorded before `create` so that a crash before the result is recorded
         // leaves a trace (see `Lookup`). For a replace it follows the delete: until then the
         // record keeps the old resource's id.
-        let intent = ResourceRecord::intent(
+        let mut intent = ResourceRecord::intent(
             t.at.id,
             &t.schema.name,
             t.desired.values.clone(),
             t.depends_on.clone(),
             t.cx.idempotency_key.unwrap_or_default().to_owned(),
         );
+        super::config::record(&mut intent, t.config);
         let intent_recorded = AtomicBool::new(false);
         let record_intent = || async {
             self.engine
@@ -353,22 +393,15 @@ impl Run<'_, '_> {
             match (action, &current) {
                 (Action::Create, _) => {
                     record_intent().await?;
-                    Ok(t.provider
-                        .create(&t.cx, desired)
-                        .await
-                        .map(|c| (c.external_id, c.actual))?)
+                    Ok(self.create(t, desired).await?)
                 }
                 (Action::Replace, Some((ext, actual))) => {
-                    t.provider.delete(&t.cx, ext, actual).await?;
+                    self.guarded(t, || t.provider.delete(&t.cx, ext, actual)).await?;
                     record_intent().await?;
-                    Ok(t.provider
-                        .create(&t.cx, desired)
-                        .await
-                        .map(|c| (c.external_id, c.actual))?)
+                    Ok(self.create(t, desired).await?)
                 }
-                (Action::Update, Some((ext, actual))) => Ok(t
-                    .provider
-                    .update(&t.cx, ext, desired, actual)
+                (Action::Update, Some((ext, actual))) => Ok(self
+                    .guarded(t, || t.provider.update(&t.cx, ext, desired, actual))
                     .await
                     .map(|a| (ext.clone(), a))?),
                 (_, Some((ext, actual))) => Ok((ext.clone(), actual.clone())),
@@ -394,7 +427,10 @@ impl Run<'_, '_> {
             Err(Failure::Provider(e)) => {
                 // A create that failed made nothing (providers that cannot be sure track keys
                 // and are asked again): drop its intent so the next run simply tries again.
+                // One cut short (a timeout, a cancellation) may have made it: the intent stays,
+                // and the next run asks the provider, as after a crash.
                 if intent_recorded.load(Ordering::SeqCst)
+                    && !e.is_indefinite()
                     && let Err(se) = self.engine.store.remove_resource(self.deployment, t.at.id).await
                 {
                     return self.store_failed(&t.at, se);
@@ -404,7 +440,7 @@ impl Run<'_, '_> {
             }
             Err(Failure::Store(e)) => return self.store_failed(&t.at, e),
         };
-        let rec = ResourceRecord {
+        let mut rec = ResourceRecord {
             step_id: t.at.id.to_owned(),
             type_name: t.schema.name.clone(),
             external_id: ext.clone(),
@@ -416,17 +452,96 @@ impl Run<'_, '_> {
             sensitive: self.secret_attributes(t, &actual).into_iter().collect(),
             create_key: None,
         };
+        super::config::record(&mut rec, t.config);
         // No-ops write only when the recorded state is stale (drift, new dependencies).
         if (action != Action::Noop || t.prior != Some(&rec))
             && let Err(e) = self.engine.store.put_resource(self.deployment, &rec).await
         {
             return self.store_failed(&t.at, e);
         }
-        let secret: BTreeSet<String> = rec.sensitive.iter().cloned().collect();
+        let secret: BTreeSet<String> = rec
+            .sensitive
+            .iter()
+            .filter(|s| *s != super::config::RECORD_KEY)
+            .cloned()
+            .collect();
         match self.resource_returns(t, action, &actual, &secret) {
             Ok(returns) => self.finish(&t.at, action, changes, Some(ext), returns),
             // Recorded, but what it returns is not what the workflow says it is.
             Err(e) => self.fail_as(&t.at, action, Some(ext), e),
+        }
+    }
+
+    /// One provider call under the step's controls: given up at its `timeout:`, and tried
+    /// again after a retryable failure up to its `retry:` attempts, waiting `backoff`, doubled
+    /// each time up to `max_backoff`. A cancelled run retries nothing.
+    async fn guarded<T, F, Fut>(&self, t: &Target<'_>, op: F) -> Result<T, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ProviderError>>,
+    {
+        let c = t.controls;
+        let mut wait = c.backoff;
+        let mut attempt = 1;
+        loop {
+            match self.attempt(c, op()).await {
+                Err(e) if e.is_retryable() && attempt < c.attempts && !self.cancelled() => {
+                    self.engine.timer.sleep(wait).await;
+                    wait = (wait * 2).min(c.max_backoff);
+                    attempt += 1;
+                }
+                Err(e) if attempt > 1 => return Err(ProviderError::Other(format!("{e} (after {attempt} attempts)"))),
+                r => return r,
+            }
+        }
+    }
+
+    /// `op`, given up at `c.timeout`.
+    async fn attempt<T>(
+        &self,
+        c: &Controls,
+        op: impl Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        let Some(limit) = c.timeout else {
+            return op.await;
+        };
+        let op = std::pin::pin!(op);
+        match futures::future::select(op, self.engine.timer.sleep(limit)).await {
+            futures::future::Either::Left((r, _)) => r,
+            futures::future::Either::Right(((), _)) => Err(ProviderError::TimedOut(limit)),
+        }
+    }
+
+    /// A create under the step's controls. A create that timed out may have made the resource:
+    /// before trying again the provider is asked for it by the create's key, and when it
+    /// cannot tell, the create is not repeated (its intent stays for the next run to resolve).
+    async fn create(&self, t: &Target<'_>, desired: &Map) -> Result<Current, ProviderError> {
+        let c = t.controls;
+        let mut wait = c.backoff;
+        let mut attempt = 1;
+        loop {
+            let r = self.attempt(c, t.provider.create(&t.cx, desired)).await;
+            let e = match r {
+                Ok(created) => return Ok((created.external_id, created.actual)),
+                Err(e) => e,
+            };
+            if !e.is_retryable() || attempt >= c.attempts || self.cancelled() {
+                return Err(if attempt > 1 {
+                    ProviderError::Other(format!("{e} (after {attempt} attempts)"))
+                } else {
+                    e
+                });
+            }
+            self.engine.timer.sleep(wait).await;
+            wait = (wait * 2).min(c.max_backoff);
+            attempt += 1;
+            if e.is_indefinite() {
+                match self.attempt(c, t.provider.lookup(&t.cx, desired)).await {
+                    Ok(Lookup::Found(created)) => return Ok((created.external_id, created.actual)),
+                    Ok(Lookup::Absent) => {}
+                    Ok(Lookup::Unsupported) | Err(_) => return Err(e),
+                }
+            }
         }
     }
 

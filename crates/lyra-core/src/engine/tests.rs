@@ -17,6 +17,24 @@ use crate::schema::{AttributeSchema, ResourceSchema};
 use crate::state::{RunId, UnreadableRecord};
 use crate::types::Type;
 
+mod controls;
+
+/// Waits on a thread of its own: these tests run on `block_on`, with no runtime.
+struct ThreadTimer;
+
+impl Timer for ThreadTimer {
+    fn sleep(&self, d: Duration) -> futures::future::BoxFuture<'static, ()> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            let _ = tx.send(());
+        });
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
 struct MemStore {
     id: String,
     deployments: Mutex<HashMap<String, DeploymentState>>,
@@ -274,6 +292,7 @@ impl Fixture {
             concurrency: 4,
             cancel: &self.cancel,
             hints: &Words,
+            timer: &ThreadTimer,
         };
         let data = data.as_object().cloned().unwrap_or_default();
         block_on(async {
@@ -305,6 +324,7 @@ impl Fixture {
             concurrency: 4,
             cancel: &self.cancel,
             hints: &Words,
+            timer: &ThreadTimer,
         };
         block_on(engine.delete("d", "test")).unwrap()
     }
@@ -517,6 +537,7 @@ fn call_renames_parameters_and_returns() {
         concurrency: 4,
         cancel: &f.cancel,
         hints: &Words,
+        timer: &ThreadTimer,
     };
     let data = json!({"img": "nginx"}).as_object().cloned().unwrap();
     let r = block_on(engine.apply(&prog, "d", &data, "t")).unwrap();
@@ -982,6 +1003,7 @@ fn unreadable_records_stop_runs_and_name_the_way_out() {
         concurrency: 4,
         cancel: &f.cancel,
         hints: &Words,
+        timer: &ThreadTimer,
     };
     assert!(block_on(engine.delete("d", "test")).is_err());
     assert!(f.log().is_empty(), "no provider was called");
@@ -1019,6 +1041,7 @@ fn steps_nested_to_the_limit_run_on_a_small_stack() {
                 concurrency: 4,
                 cancel: &f.cancel,
                 hints: &Words,
+                timer: &ThreadTimer,
             };
             let data = json!({"x": 1}).as_object().cloned().unwrap();
             let r = block_on(engine.apply(&prog, "d", &data, "test")).unwrap();
@@ -1069,6 +1092,7 @@ steps:
         concurrency: 4,
         cancel: &f.cancel,
         hints: &Words,
+        timer: &ThreadTimer,
     };
     let r = block_on(engine.apply(&prog, "d", &Map::new(), "test"));
     // The report and the history. (Observers saw `c/x` finish before its caller declared
@@ -1115,6 +1139,7 @@ fn run_with_lib(f: &Fixture, main: &str, lib: &str, data: Value) -> Report {
         concurrency: 4,
         cancel: &f.cancel,
         hints: &Words,
+        timer: &ThreadTimer,
     };
     let data = data.as_object().cloned().unwrap_or_default();
     block_on(engine.apply(&prog, "d", &data, "test")).unwrap()

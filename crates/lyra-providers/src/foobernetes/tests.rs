@@ -624,7 +624,10 @@ async fn different_keys_make_different_resources() {
     let ids: HashSet<_> = [&a, &b, &c].map(|c| c.external_id.clone()).into();
     assert_eq!(ids.len(), 3);
     assert_eq!(store::load(p.file()).unwrap().web_servers.len(), 3);
-    assert_eq!(found(p.lookup(&other, &Map::new()).await.unwrap()).external_id, c.external_id);
+    assert_eq!(
+        found(p.lookup(&other, &Map::new()).await.unwrap()).external_id,
+        c.external_id
+    );
     assert_eq!(
         keys_of(&p),
         BTreeMap::from([
@@ -701,7 +704,10 @@ async fn delete_drops_the_key() {
     // Created again after the delete (a replace): a new resource, not the old id revived.
     let second = p.create(&cx, &Map::new()).await.unwrap();
     assert_ne!(second.external_id, first.external_id);
-    assert_eq!(found(p.lookup(&cx, &Map::new()).await.unwrap()).external_id, second.external_id);
+    assert_eq!(
+        found(p.lookup(&cx, &Map::new()).await.unwrap()).external_id,
+        second.external_id
+    );
 
     // A key left dangling by a resource removed behind Lyra's back goes with the delete too.
     let deployment = store::load(p.file()).unwrap();
@@ -728,7 +734,10 @@ async fn a_corrupt_key_file_is_an_error_naming_it() {
     assert!(!p.file().exists());
     // An emptied key file is an empty index, like an emptied cloud.
     std::fs::write(p.keys_file(), "\n").unwrap();
-    assert!(matches!(p.lookup(&cx(INSTANCE), &Map::new()).await.unwrap(), Lookup::Absent));
+    assert!(matches!(
+        p.lookup(&cx(INSTANCE), &Map::new()).await.unwrap(),
+        Lookup::Absent
+    ));
 }
 
 #[test]
