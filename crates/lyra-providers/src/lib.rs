@@ -5,6 +5,11 @@
 //! - [`null`]: `Null::Resource`, a resource that exists only in the engine's state (like
 //!   Terraform's `terraform_data`); cheap enough for large benchmarks.
 //! - [`time`]: `Time::Sleep`, which waits on create and delete (like Terraform's `time_sleep`).
+//! - [`file`]: `File::File`, a file on the local disk (like Terraform's `local_file`).
+//! - [`exec`]: `Exec::Command`, shell commands that create, read, update and delete something
+//!   (like the shell provider).
+//! - [`random`]: `Random::Password` and `Random::Id`, random values made once and kept in the
+//!   state (like Terraform's `random_password` and `random_id`).
 //!
 //! [`builtin`] registers all of them.
 
@@ -12,12 +17,18 @@ use std::path::PathBuf;
 
 use lyra_core::provider::{OpContext, ProviderError, Providers};
 
+pub mod exec;
+pub mod file;
 pub mod foobernetes;
 pub mod null;
+pub mod random;
 pub mod time;
 
+pub use exec::ExecProvider;
+pub use file::FileProvider;
 pub use foobernetes::FoobernetesProvider;
 pub use null::NullProvider;
+pub use random::RandomProvider;
 pub use time::TimeProvider;
 
 /// Settings of the built-in providers: what the program running them (the CLI, the
@@ -76,6 +87,9 @@ pub fn builtin(config: &ProvidersConfig) -> Providers {
         .with(FoobernetesProvider::new(config.foobernetes_file.clone()))
         .with(NullProvider::new())
         .with(TimeProvider::new())
+        .with(FileProvider::new(config.files_root.clone()))
+        .with(ExecProvider::new(config.allow_exec))
+        .with(RandomProvider::new())
 }
 
 /// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
@@ -131,11 +145,15 @@ mod tests {
         assert_eq!(
             providers.schemas().names(),
             [
+                "Exec::Command",
+                "File::File",
                 "Foobernetes::Instance",
                 "Foobernetes::LoadBalancer",
                 "Foobernetes::WebServer",
                 "Null::Resource",
-                "Time::Sleep"
+                "Random::Id",
+                "Random::Password",
+                "Time::Sleep",
             ]
         );
         for name in [
@@ -143,6 +161,9 @@ mod tests {
             "Foobernetes::Loadbalancer",
             "null::resource",
             "time::sleep",
+            "file::file",
+            "exec::command",
+            "random::password",
         ] {
             assert!(providers.get(name).is_some(), "{name}");
         }
