@@ -10,6 +10,8 @@
 //!   (like the shell provider).
 //! - [`random`]: `Random::Password` and `Random::Id`, random values made once and kept in the
 //!   state (like Terraform's `random_password` and `random_id`).
+//! - [`tls`]: `Tls::PrivateKey`, `Tls::SelfSignedCert`, `Tls::CertRequest` and
+//!   `Tls::LocallySignedCert` (like Terraform's tls provider).
 //!
 //! [`builtin`] registers all of them.
 
@@ -23,6 +25,7 @@ pub mod foobernetes;
 pub mod null;
 pub mod random;
 pub mod time;
+pub mod tls;
 
 pub use exec::ExecProvider;
 pub use file::FileProvider;
@@ -30,6 +33,7 @@ pub use foobernetes::FoobernetesProvider;
 pub use null::NullProvider;
 pub use random::RandomProvider;
 pub use time::TimeProvider;
+pub use tls::TlsProvider;
 
 /// Settings of the built-in providers: what the program running them (the CLI, the
 /// controller) decides, as opposed to what a workflow's `providers:` block says.
@@ -90,6 +94,7 @@ pub fn builtin(config: &ProvidersConfig) -> Providers {
         .with(FileProvider::new(config.files_root.clone()))
         .with(ExecProvider::new(config.allow_exec))
         .with(RandomProvider::new())
+        .with(TlsProvider::new())
 }
 
 /// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
@@ -154,6 +159,10 @@ mod tests {
                 "Random::Id",
                 "Random::Password",
                 "Time::Sleep",
+                "Tls::CertRequest",
+                "Tls::LocallySignedCert",
+                "Tls::PrivateKey",
+                "Tls::SelfSignedCert",
             ]
         );
         for name in [
@@ -164,6 +173,7 @@ mod tests {
             "file::file",
             "exec::command",
             "random::password",
+            "tls::locallysignedcert",
         ] {
             assert!(providers.get(name).is_some(), "{name}");
         }
