@@ -5,6 +5,13 @@
 //! - [`null`]: `Null::Resource`, a resource that exists only in the engine's state (like
 //!   Terraform's `terraform_data`); cheap enough for large benchmarks.
 //! - [`time`]: `Time::Sleep`, which waits on create and delete (like Terraform's `time_sleep`).
+//! - [`file`]: `File::File`, a file on the local disk (like Terraform's `local_file`).
+//! - [`exec`]: `Exec::Command`, shell commands that create, read, update and delete something
+//!   (like the shell provider).
+//! - [`random`]: `Random::Password` and `Random::Id`, random values made once and kept in the
+//!   state (like Terraform's `random_password` and `random_id`).
+//! - [`tls`]: `Tls::PrivateKey`, `Tls::SelfSignedCert`, `Tls::CertRequest` and
+//!   `Tls::LocallySignedCert` (like Terraform's tls provider).
 //!
 //! [`builtin`] registers all of them.
 
@@ -12,13 +19,21 @@ use std::path::PathBuf;
 
 use lyra_core::provider::{OpContext, ProviderError, Providers};
 
+pub mod exec;
+pub mod file;
 pub mod foobernetes;
 pub mod null;
+pub mod random;
 pub mod time;
+pub mod tls;
 
+pub use exec::ExecProvider;
+pub use file::FileProvider;
 pub use foobernetes::FoobernetesProvider;
 pub use null::NullProvider;
+pub use random::RandomProvider;
 pub use time::TimeProvider;
+pub use tls::TlsProvider;
 
 /// The labels that point from an object back to the deployment that made it.
 pub type OwnerLabels = fn(&str) -> Vec<(String, String)>;
@@ -89,6 +104,10 @@ pub fn builtin(config: &ProvidersConfig) -> Providers {
         .with(FoobernetesProvider::new(config.foobernetes_file.clone()))
         .with(NullProvider::new())
         .with(TimeProvider::new())
+        .with(FileProvider::new(config.files_root.clone()))
+        .with(ExecProvider::new(config.allow_exec))
+        .with(RandomProvider::new())
+        .with(TlsProvider::new())
 }
 
 /// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
@@ -144,11 +163,19 @@ mod tests {
         assert_eq!(
             providers.schemas().names(),
             [
+                "Exec::Command",
+                "File::File",
                 "Foobernetes::Instance",
                 "Foobernetes::LoadBalancer",
                 "Foobernetes::WebServer",
                 "Null::Resource",
-                "Time::Sleep"
+                "Random::Id",
+                "Random::Password",
+                "Time::Sleep",
+                "Tls::CertRequest",
+                "Tls::LocallySignedCert",
+                "Tls::PrivateKey",
+                "Tls::SelfSignedCert",
             ]
         );
         for name in [
@@ -156,6 +183,10 @@ mod tests {
             "Foobernetes::Loadbalancer",
             "null::resource",
             "time::sleep",
+            "file::file",
+            "exec::command",
+            "random::password",
+            "tls::locallysignedcert",
         ] {
             assert!(providers.get(name).is_some(), "{name}");
         }
