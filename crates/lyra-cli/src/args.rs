@@ -37,6 +37,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// List every resource type with its attributes, and the settings each provider takes.
+    ///
+    /// Flags: required (the workflow must set it), provided (the provider fills it in unless
+    /// set), computed (read-only: only the provider sets it), immutable (a change replaces the
+    /// resource), sensitive (never shown). Validation checks workflows against these schemas.
+    /// Provider settings go in the main workflow's `providers:` block.
+    #[command(after_long_help = EXIT_CODES)]
+    Providers(ProvidersArgs),
     /// Check a workflow and report every problem at once.
     #[command(after_long_help = EXIT_CODES)]
     Validate(WorkflowArgs),
@@ -282,6 +290,12 @@ pub struct RunArgs {
 }
 
 /// How a run that changes things is executed.
+#[derive(Debug, Args)]
+pub struct ProvidersArgs {
+    /// Only this resource type (`Postgres::Role`) or provider (`Postgres`).
+    pub name: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// At most this many resource operations at once.

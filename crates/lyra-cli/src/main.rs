@@ -8,6 +8,7 @@ mod locking;
 mod output;
 mod package_cmd;
 mod progress;
+mod providers_cmd;
 mod register;
 mod signals;
 mod state_cmd;
@@ -115,6 +116,7 @@ fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
 async fn run(cli: Cli) -> Result<(), Exit> {
     let out = cli.output;
     match cli.command {
+        Command::Providers(a) => providers_cmd::providers(&a, out),
         Command::Validate(a) => validate(&a, out).await,
         Command::Plan(a) => plan_or_apply(&a, false, out).await,
         Command::Apply(a) => plan_or_apply(&a, true, out).await,
