@@ -53,6 +53,15 @@ struct Args {
         value_name = "FILE"
     )]
     foobernetes_file: PathBuf,
+    /// The only directory `File::File` may write in: every path resolves inside it, and none
+    /// may leave it (absolute paths, `..`, links out are refused), so a Workflow object
+    /// cannot write the controller's own files.
+    #[arg(long, env = "LYRA_FILES_ROOT", default_value = "files", value_name = "DIR")]
+    files_root: PathBuf,
+    /// Let `Exec::Command` run commands. Off by default: whoever can create a Workflow object
+    /// would run any command as the controller.
+    #[arg(long, env = "LYRA_ALLOW_EXEC")]
+    allow_exec: bool,
     /// Watch only this namespace; repeatable. Default: every namespace.
     #[arg(long = "namespace", short = 'n', value_name = "NS")]
     namespaces: Vec<String>,
@@ -164,7 +173,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("opening the state {}", lyra_state::redact_url(&args.state)))?;
     let providers = Arc::new(builtin(&ProvidersConfig {
         foobernetes_file: args.foobernetes_file.clone(),
-        ..ProvidersConfig::default()
+        files_root: Some(args.files_root.clone()),
+        allow_exec: args.allow_exec,
+        kubernetes_owner_labels: Some(lyra_k8s::reconcile::owner_labels),
     }));
     let metrics = Arc::new(Metrics::new());
     let mut settings = Settings::new(&args.workflows);

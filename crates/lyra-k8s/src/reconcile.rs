@@ -90,6 +90,29 @@ impl ObjectKey {
     }
 }
 
+/// The labels that point from an object a workflow made (`Kubernetes::Object`) back to the
+/// Kubernetes object whose deployment `deployment` is (`k8s/<ns>/<name>`, or
+/// `k8s/<ns>/<plural>.<group>/<name>`): `lyra.dev/owner-namespace`, `lyra.dev/owner-name`,
+/// `lyra.dev/owner-kind` (`Workflow`, or `<plural>.<group>`), each only when it fits a
+/// label value (63 characters; the provider's `lyra.dev/deployment` annotation always names
+/// the deployment). Nothing for other deployments (the CLI's).
+pub fn owner_labels(deployment: &str) -> Vec<(String, String)> {
+    let Some(path) = deployment.strip_prefix("k8s/") else {
+        return Vec::new();
+    };
+    let parts: Vec<&str> = path.split('/').collect();
+    let (ns, kind, name) = match parts.as_slice() {
+        [ns, name] => (*ns, "Workflow", *name),
+        [ns, kind, name] => (*ns, *kind, *name),
+        _ => return Vec::new(),
+    };
+    [("owner-namespace", ns), ("owner-name", name), ("owner-kind", kind)]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty() && v.len() <= 63)
+        .map(|(k, v)| (format!("lyra.dev/{k}"), v.to_owned()))
+        .collect()
+}
+
 /// Which workflow to run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkflowRef {
