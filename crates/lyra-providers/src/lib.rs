@@ -4,6 +4,8 @@
 //!   byte-compatible with the original's `deployment.json`.
 //! - [`null`]: `Null::Resource`, a resource that exists only in the engine's state (like
 //!   Terraform's `terraform_data`); cheap enough for large benchmarks.
+//! - [`kubernetes`]: `Kubernetes::Object`, any Kubernetes object applied server-side from a
+//!   manifest (like Terraform's `kubernetes_manifest`).
 //! - [`time`]: `Time::Sleep`, which waits on create and delete (like Terraform's `time_sleep`).
 //!
 //! [`builtin`] registers all of them.
@@ -13,10 +15,12 @@ use std::path::PathBuf;
 use lyra_core::provider::{OpContext, ProviderError, Providers};
 
 pub mod foobernetes;
+pub mod kubernetes;
 pub mod null;
 pub mod time;
 
 pub use foobernetes::FoobernetesProvider;
+pub use kubernetes::KubernetesProvider;
 pub use null::NullProvider;
 pub use time::TimeProvider;
 
@@ -37,7 +41,7 @@ pub struct ProvidersConfig {
     pub allow_exec: bool,
     /// Labels `Kubernetes::Object` adds to every object it applies, from the deployment's
     /// name: the controller's point back to the object whose workflow made them.
-    pub kubernetes_owner_labels: Option<fn(&str) -> Vec<(String, String)>>,
+    pub kubernetes_owner_labels: Option<kubernetes::OwnerLabels>,
 }
 
 impl Default for ProvidersConfig {
@@ -76,6 +80,7 @@ pub fn builtin(config: &ProvidersConfig) -> Providers {
         .with(FoobernetesProvider::new(config.foobernetes_file.clone()))
         .with(NullProvider::new())
         .with(TimeProvider::new())
+        .with(KubernetesProvider::new(config.kubernetes_owner_labels))
 }
 
 /// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
@@ -134,6 +139,7 @@ mod tests {
                 "Foobernetes::Instance",
                 "Foobernetes::LoadBalancer",
                 "Foobernetes::WebServer",
+                "Kubernetes::Object",
                 "Null::Resource",
                 "Time::Sleep"
             ]
@@ -143,6 +149,7 @@ mod tests {
             "Foobernetes::Loadbalancer",
             "null::resource",
             "time::sleep",
+            "kubernetes::object",
         ] {
             assert!(providers.get(name).is_some(), "{name}");
         }
