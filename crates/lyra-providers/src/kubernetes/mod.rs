@@ -482,12 +482,15 @@ async fn wait_for(
     let mut last = String::from("not read yet");
     let poll = async {
         loop {
-            match get(api, oref, secrets).await? {
-                Some(live) => match wait.check(&live) {
+            match get(api, oref, secrets).await {
+                Ok(Some(live)) => match wait.check(&live) {
                     Ok(()) => return Ok(live),
                     Err(why) => last = why,
                 },
-                None => last = "the object is gone".to_owned(),
+                Ok(None) => last = "the object is gone".to_owned(),
+                // A server restarting or a connection dropped mid-wait: the wait goes on.
+                Err(e) if e.is_retryable() => last = e.to_string(),
+                Err(e) => return Err(e),
             }
             tokio::time::sleep(POLL).await;
         }
@@ -858,11 +861,16 @@ impl Provider for KubernetesProvider {
             }
             let mut last = None;
             let gone = async {
-                while let Some(live) = get(&api, &oref, &secrets).await? {
-                    last = Some(live);
+                loop {
+                    match get(&api, &oref, &secrets).await {
+                        Ok(None) => return Ok(()),
+                        Ok(Some(live)) => last = Some(live),
+                        // As in a wait: a passing failure does not end it.
+                        Err(e) if e.is_retryable() => {}
+                        Err(e) => return Err(e),
+                    }
                     tokio::time::sleep(POLL).await;
                 }
-                Ok::<(), ProviderError>(())
             };
             match tokio::time::timeout(timeout, gone).await {
                 Ok(result) => result,
