@@ -14,7 +14,9 @@
 //!   changed out of band shows as drift while server defaults, status and what other managers
 //!   add never do; the annotations and labels Lyra adds are left out. `object` is the whole
 //!   live object without `metadata.managedFields` (and, for a Secret, without its `data` and
-//!   `stringData`, so a Secret's values are not copied into the state in the clear).
+//!   `stringData`, so a Secret's values are not copied into the state in the clear). Values
+//!   the server rewrites (a quantity `cpu: 0.5` kept as `500m`) show as drift until the
+//!   manifest says them as the server does, as with Terraform.
 //! - A change of `apiVersion`'s group, `kind`, `metadata.name` or `metadata.namespace`
 //!   replaces the object ([`KubernetesProvider::replace_reasons`]).
 //! - Delete uses `delete_propagation` (default `Foreground`) and, unless `wait_for_deletion`

@@ -424,6 +424,19 @@ async fn delete_waits_for_finalizers_unless_told_not_to() {
     let live = k.config_maps().get("held").await.unwrap();
     assert!(live.metadata.deletion_timestamp.is_some(), "still there, being deleted");
 
+    // A cancelled run stops waiting for the finalizer at once.
+    let mut patient = created.actual.clone();
+    patient.insert(WAIT.to_owned(), json!({"timeout": "20s"}));
+    let cancelled = k.cx();
+    let start = Instant::now();
+    let cancel = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cancelled.cancel.store(true, Ordering::SeqCst);
+    };
+    let (result, ()) = tokio::join!(p.delete(&cancelled, &created.external_id, &patient), cancel);
+    assert!(matches!(result, Err(ProviderError::Cancelled)), "{result:?}");
+    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+
     // The finalizer's controller finishes while the provider waits: the delete returns then.
     let release = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -436,8 +449,6 @@ async fn delete_waits_for_finalizers_unless_told_not_to() {
             .await
             .unwrap();
     };
-    let mut patient = created.actual.clone();
-    patient.insert(WAIT.to_owned(), json!({"timeout": "20s"}));
     let (deleted, ()) = tokio::join!(p.delete(&cx, &created.external_id, &patient), release);
     deleted.unwrap();
     assert!(k.config_maps().get_opt("held").await.unwrap().is_none());
