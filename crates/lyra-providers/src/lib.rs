@@ -4,6 +4,8 @@
 //!   byte-compatible with the original's `deployment.json`.
 //! - [`null`]: `Null::Resource`, a resource that exists only in the engine's state (like
 //!   Terraform's `terraform_data`); cheap enough for large benchmarks.
+//! - [`kubernetes`]: `Kubernetes::Object`, any Kubernetes object applied server-side from a
+//!   manifest (like Terraform's `kubernetes_manifest`).
 //! - [`time`]: `Time::Sleep`, which waits on create and delete (like Terraform's `time_sleep`).
 //! - [`file`]: `File::File`, a file on the local disk (like Terraform's `local_file`).
 //! - [`exec`]: `Exec::Command`, shell commands that create, read, update and delete something
@@ -22,6 +24,7 @@ use lyra_core::provider::{OpContext, ProviderError, Providers};
 pub mod exec;
 pub mod file;
 pub mod foobernetes;
+pub mod kubernetes;
 pub mod null;
 pub mod random;
 pub mod time;
@@ -30,6 +33,7 @@ pub mod tls;
 pub use exec::ExecProvider;
 pub use file::FileProvider;
 pub use foobernetes::FoobernetesProvider;
+pub use kubernetes::KubernetesProvider;
 pub use null::NullProvider;
 pub use random::RandomProvider;
 pub use time::TimeProvider;
@@ -108,6 +112,7 @@ pub fn builtin(config: &ProvidersConfig) -> Providers {
         .with(ExecProvider::new(config.allow_exec))
         .with(RandomProvider::new())
         .with(TlsProvider::new())
+        .with(KubernetesProvider::new(config.kubernetes_owner_labels))
 }
 
 /// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
@@ -168,6 +173,7 @@ mod tests {
                 "Foobernetes::Instance",
                 "Foobernetes::LoadBalancer",
                 "Foobernetes::WebServer",
+                "Kubernetes::Object",
                 "Null::Resource",
                 "Random::Id",
                 "Random::Password",
@@ -187,6 +193,7 @@ mod tests {
             "exec::command",
             "random::password",
             "tls::locallysignedcert",
+            "kubernetes::object",
         ] {
             assert!(providers.get(name).is_some(), "{name}");
         }
