@@ -13,11 +13,15 @@ use std::path::PathBuf;
 use lyra_core::provider::{OpContext, ProviderError, Providers};
 
 pub mod foobernetes;
+pub mod http;
 pub mod null;
+pub mod postgres;
 pub mod time;
 
 pub use foobernetes::FoobernetesProvider;
+pub use http::HttpProvider;
 pub use null::NullProvider;
+pub use postgres::PostgresProvider;
 pub use time::TimeProvider;
 
 /// Settings of the built-in providers: what the program running them (the CLI, the
@@ -74,7 +78,9 @@ pub async fn cancellable<T>(
 pub fn builtin(config: &ProvidersConfig) -> Providers {
     Providers::new()
         .with(FoobernetesProvider::new(config.foobernetes_file.clone()))
+        .with(HttpProvider::new())
         .with(NullProvider::new())
+        .with(PostgresProvider::new())
         .with(TimeProvider::new())
 }
 
@@ -134,7 +140,11 @@ mod tests {
                 "Foobernetes::Instance",
                 "Foobernetes::LoadBalancer",
                 "Foobernetes::WebServer",
+                "Http::Resource",
                 "Null::Resource",
+                "Postgres::Database",
+                "Postgres::Grant",
+                "Postgres::Role",
                 "Time::Sleep"
             ]
         );
@@ -143,6 +153,10 @@ mod tests {
             "Foobernetes::Loadbalancer",
             "null::resource",
             "time::sleep",
+            "postgres::role",
+            "POSTGRES::DATABASE",
+            "postgres::grant",
+            "http::resource",
         ] {
             assert!(providers.get(name).is_some(), "{name}");
         }
