@@ -2,8 +2,12 @@
 //!
 //! - [`foobernetes`]: the original Lyra's imaginary cloud, kept in a JSON file whose format is
 //!   byte-compatible with the original's `deployment.json`.
+//! - [`http`]: `Http::Resource`, an object of a JSON REST API (like Mastercard/restapi's
+//!   `restapi_object`).
 //! - [`null`]: `Null::Resource`, a resource that exists only in the engine's state (like
 //!   Terraform's `terraform_data`); cheap enough for large benchmarks.
+//! - [`postgres`]: `Postgres::Role`, `Postgres::Database` and `Postgres::Grant` (like the
+//!   cyrilgdn/postgresql Terraform provider's).
 //! - [`time`]: `Time::Sleep`, which waits on create and delete (like Terraform's `time_sleep`).
 //!
 //! [`builtin`] registers all of them.

@@ -207,119 +207,133 @@ async fn role_lifecycle() {
         &format!("CREATE ROLE {}; CREATE ROLE {}", ident(&group_a), ident(&group_b)),
     )
     .await;
-    let result = async {
-        let desired = map(json!({
-            "name": name,
-            "login": true,
-            "password": NASTY_PASSWORD,
-            "connection_limit": 5,
-            "valid_until": "2030-01-01",
-            "roles": [group_b, group_a],
-        }));
-        let created = p.create(&cx(ROLE), &desired).await.unwrap();
-        assert_eq!(created.external_id, name);
-        assert_no_drift(&desired, &created.actual);
-        assert_eq!(created.actual["inherit"], json!(true));
-        assert_eq!(created.actual["superuser"], json!(false));
-        let has_password: bool = sqlx::query_scalar("SELECT rolpassword IS NOT NULL FROM pg_authid WHERE rolname = $1")
-            .bind(&name)
+    // On a task of its own, so the cleanup below runs even when it panics.
+    let result = tokio::spawn({
+        let (pool, name, group_a, group_b, other_db, table) = (
+            pool.clone(),
+            name.clone(),
+            group_a.clone(),
+            group_b.clone(),
+            other_db.clone(),
+            table.clone(),
+        );
+        async move {
+            let desired = map(json!({
+                "name": name,
+                "login": true,
+                "password": NASTY_PASSWORD,
+                "connection_limit": 5,
+                "valid_until": "2030-01-01",
+                "roles": [group_b, group_a],
+            }));
+            let created = p.create(&cx(ROLE), &desired).await.unwrap();
+            assert_eq!(created.external_id, name);
+            assert_no_drift(&desired, &created.actual);
+            assert_eq!(created.actual["inherit"], json!(true));
+            assert_eq!(created.actual["superuser"], json!(false));
+            let has_password: bool =
+                sqlx::query_scalar("SELECT rolpassword IS NOT NULL FROM pg_authid WHERE rolname = $1")
+                    .bind(&name)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            assert!(has_password);
+
+            // No drift.
+            let read = p.read(&cx(ROLE), &name, Some(&created.actual)).await.unwrap().unwrap();
+            assert_eq!(read, created.actual);
+
+            // Update in place: flags, limit, expiry removed, one membership less, password changed.
+            let desired = map(json!({
+                "name": name,
+                "login": true,
+                "password": "new one",
+                "create_database": true,
+                "connection_limit": 10,
+                "roles": [group_a],
+            }));
+            let updated = p.update(&cx(ROLE), &name, &desired, &created.actual).await.unwrap();
+            assert_no_drift(&desired, &updated);
+            assert_eq!(updated["valid_until"], Value::Null);
+            let read = p.read(&cx(ROLE), &name, Some(&updated)).await.unwrap().unwrap();
+            assert_eq!(read, updated);
+
+            // Drift, made out of band, shows.
+            exec(
+                &pool,
+                &format!(
+                    "ALTER ROLE {0} CONNECTION LIMIT 3 NOCREATEDB; GRANT {1} TO {0}",
+                    ident(&name),
+                    ident(&group_b)
+                ),
+            )
+            .await;
+            let drifted = p.read(&cx(ROLE), &name, Some(&updated)).await.unwrap().unwrap();
+            assert_eq!(drifted["connection_limit"], json!(3));
+            assert_eq!(drifted["create_database"], json!(false));
+            assert_eq!(drifted["roles"], json!([group_a, group_b]));
+            // ...and the update corrects it, revoking what was granted out of band.
+            let fixed = p.update(&cx(ROLE), &name, &desired, &drifted).await.unwrap();
+            assert_no_drift(&desired, &fixed);
+
+            // A new name is a replace: the schema says so.
+            let schemas = p.schemas();
+            let schema = schemas.iter().find(|s| s.name == ROLE).unwrap();
+            assert!(schema.attribute("name").unwrap().immutable);
+            assert!(schema.is_secret("password"));
+
+            // The role owns a table here and one in another database, and holds a privilege.
+            exec(&pool, &format!("CREATE DATABASE {}", ident(&other_db))).await;
+            exec(
+                &pool,
+                &format!(
+                    "CREATE TABLE public.{0} (id int); ALTER TABLE public.{0} OWNER TO {1}; \
+                 GRANT CONNECT ON DATABASE {2} TO {1}",
+                    ident(&table),
+                    ident(&name),
+                    ident(&other_db)
+                ),
+            )
+            .await;
+            let other_url = Server::from_config(&config_of(&test_url()))
+                .unwrap()
+                .for_database(&other_db)
+                .unwrap()
+                .url;
+            let other = PgPool::connect(&other_url).await.unwrap();
+            exec(
+                &other,
+                &format!("CREATE TABLE t (id int); ALTER TABLE t OWNER TO {}", ident(&name)),
+            )
+            .await;
+            other.close().await;
+
+            p.delete(&cx(ROLE), &name, &fixed).await.unwrap();
+            assert_eq!(p.read(&cx(ROLE), &name, Some(&fixed)).await.unwrap(), None);
+            p.delete(&cx(ROLE), &name, &fixed).await.unwrap();
+            let owner: String = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT tableowner::text FROM pg_tables WHERE schemaname = 'public' AND tablename = {}",
+                literal(&table)
+            )))
             .fetch_one(&pool)
             .await
             .unwrap();
-        assert!(has_password);
-
-        // No drift.
-        let read = p.read(&cx(ROLE), &name, Some(&created.actual)).await.unwrap().unwrap();
-        assert_eq!(read, created.actual);
-
-        // Update in place: flags, limit, expiry removed, one membership less, password changed.
-        let desired = map(json!({
-            "name": name,
-            "login": true,
-            "password": "new one",
-            "create_database": true,
-            "connection_limit": 10,
-            "roles": [group_a],
-        }));
-        let updated = p.update(&cx(ROLE), &name, &desired, &created.actual).await.unwrap();
-        assert_no_drift(&desired, &updated);
-        assert_eq!(updated["valid_until"], Value::Null);
-        let read = p.read(&cx(ROLE), &name, Some(&updated)).await.unwrap().unwrap();
-        assert_eq!(read, updated);
-
-        // Drift, made out of band, shows.
-        exec(
-            &pool,
-            &format!(
-                "ALTER ROLE {0} CONNECTION LIMIT 3 NOCREATEDB; GRANT {1} TO {0}",
-                ident(&name),
-                ident(&group_b)
-            ),
-        )
-        .await;
-        let drifted = p.read(&cx(ROLE), &name, Some(&updated)).await.unwrap().unwrap();
-        assert_eq!(drifted["connection_limit"], json!(3));
-        assert_eq!(drifted["create_database"], json!(false));
-        assert_eq!(drifted["roles"], json!([group_a, group_b]));
-        // ...and the update corrects it, revoking what was granted out of band.
-        let fixed = p.update(&cx(ROLE), &name, &desired, &drifted).await.unwrap();
-        assert_no_drift(&desired, &fixed);
-
-        // A new name is a replace: the schema says so.
-        let schemas = p.schemas();
-        let schema = schemas.iter().find(|s| s.name == ROLE).unwrap();
-        assert!(schema.attribute("name").unwrap().immutable);
-        assert!(schema.is_secret("password"));
-
-        // The role owns a table here and one in another database, and holds a privilege.
-        exec(&pool, &format!("CREATE DATABASE {}", ident(&other_db))).await;
-        exec(
-            &pool,
-            &format!(
-                "CREATE TABLE public.{0} (id int); ALTER TABLE public.{0} OWNER TO {1}; \
-                 GRANT CONNECT ON DATABASE {2} TO {1}",
-                ident(&table),
-                ident(&name),
-                ident(&other_db)
-            ),
-        )
-        .await;
-        let other_url = Server::from_config(&config_of(&test_url()))
-            .unwrap()
-            .for_database(&other_db)
-            .unwrap()
-            .url;
-        let other = PgPool::connect(&other_url).await.unwrap();
-        exec(
-            &other,
-            &format!("CREATE TABLE t (id int); ALTER TABLE t OWNER TO {}", ident(&name)),
-        )
-        .await;
-        other.close().await;
-
-        p.delete(&cx(ROLE), &name, &fixed).await.unwrap();
-        assert_eq!(p.read(&cx(ROLE), &name, Some(&fixed)).await.unwrap(), None);
-        p.delete(&cx(ROLE), &name, &fixed).await.unwrap();
-        let owner: String = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT tableowner::text FROM pg_tables WHERE schemaname = 'public' AND tablename = {}",
-            literal(&table)
-        )))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        assert_eq!(owner, "postgres", "reassigned to the provider's user");
-        let other = PgPool::connect(&other_url).await.unwrap();
-        let owner: String = sqlx::query_scalar("SELECT tableowner::text FROM pg_tables WHERE tablename = 't'")
-            .fetch_one(&other)
-            .await
-            .unwrap();
-        assert_eq!(owner, "postgres", "reassigned in the other database too");
-        other.close().await;
-    }
+            assert_eq!(owner, "postgres", "reassigned to the provider's user");
+            let other = PgPool::connect(&other_url).await.unwrap();
+            let owner: String = sqlx::query_scalar("SELECT tableowner::text FROM pg_tables WHERE tablename = 't'")
+                .fetch_one(&other)
+                .await
+                .unwrap();
+            assert_eq!(owner, "postgres", "reassigned in the other database too");
+            other.close().await;
+        }
+    })
     .await;
     exec(&pool, &format!("DROP TABLE IF EXISTS public.{}", ident(&table))).await;
     cleanup(&pool, &[&name, &group_a, &group_b], &[&other_db]).await;
-    result
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }
 
 #[tokio::test]
@@ -400,82 +414,273 @@ async fn database_lifecycle() {
     let name = unique("db");
     let owner = unique("owner");
     exec(&pool, &format!("CREATE ROLE {}", ident(&owner))).await;
-    let result = async {
-        let desired = map(json!({
-            "name": name,
-            "encoding": "utf8",
-            "lc_collate": "C",
-            "lc_ctype": "C",
-            "connection_limit": 5,
-        }));
-        let created = p.create(&cx(DATABASE), &desired).await.unwrap();
-        assert_eq!(created.external_id, name);
-        assert_no_drift(&desired, &created.actual);
-        assert_eq!(created.actual["owner"], json!("postgres"));
-        assert_eq!(created.actual["template"], json!("template0"));
-        assert_eq!(created.actual["allow_connections"], json!(true));
-        let encoding: String =
-            sqlx::query_scalar("SELECT pg_encoding_to_char(encoding)::text FROM pg_database WHERE datname = $1")
-                .bind(&name)
-                .fetch_one(&pool)
+    // On a task of its own, so the cleanup below runs even when it panics.
+    let result = tokio::spawn({
+        let (pool, name, owner) = (pool.clone(), name.clone(), owner.clone());
+        async move {
+            let desired = map(json!({
+                "name": name,
+                "encoding": "utf8",
+                "lc_collate": "C",
+                "lc_ctype": "C",
+                "connection_limit": 5,
+            }));
+            let created = p.create(&cx(DATABASE), &desired).await.unwrap();
+            assert_eq!(created.external_id, name);
+            assert_no_drift(&desired, &created.actual);
+            assert_eq!(created.actual["owner"], json!("postgres"));
+            assert_eq!(created.actual["template"], json!("template0"));
+            assert_eq!(created.actual["allow_connections"], json!(true));
+            let encoding: String =
+                sqlx::query_scalar("SELECT pg_encoding_to_char(encoding)::text FROM pg_database WHERE datname = $1")
+                    .bind(&name)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            assert_eq!(encoding, "UTF8");
+
+            let read = p
+                .read(&cx(DATABASE), &name, Some(&created.actual))
                 .await
+                .unwrap()
                 .unwrap();
-        assert_eq!(encoding, "UTF8");
+            assert_eq!(read, created.actual);
 
-        let read = p
-            .read(&cx(DATABASE), &name, Some(&created.actual))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(read, created.actual);
+            // Update in place: owner and limit.
+            let mut desired = desired;
+            desired.insert("owner".into(), json!(owner));
+            desired.insert("connection_limit".into(), json!(7));
+            let updated = p.update(&cx(DATABASE), &name, &desired, &created.actual).await.unwrap();
+            assert_no_drift(&desired, &updated);
 
-        // Update in place: owner and limit.
-        let mut desired = desired;
-        desired.insert("owner".into(), json!(owner));
-        desired.insert("connection_limit".into(), json!(7));
-        let updated = p.update(&cx(DATABASE), &name, &desired, &created.actual).await.unwrap();
-        assert_no_drift(&desired, &updated);
+            // Drift.
+            exec(&pool, &format!("ALTER DATABASE {} CONNECTION LIMIT 2", ident(&name))).await;
+            let drifted = p.read(&cx(DATABASE), &name, Some(&updated)).await.unwrap().unwrap();
+            assert_eq!(drifted["connection_limit"], json!(2));
 
-        // Drift.
-        exec(&pool, &format!("ALTER DATABASE {} CONNECTION LIMIT 2", ident(&name))).await;
-        let drifted = p.read(&cx(DATABASE), &name, Some(&updated)).await.unwrap().unwrap();
-        assert_eq!(drifted["connection_limit"], json!(2));
-
-        let schemas = p.schemas();
-        let schema = schemas.iter().find(|s| s.name == DATABASE).unwrap();
-        for a in ["name", "template", "encoding", "lc_collate", "lc_ctype"] {
-            assert!(schema.attribute(a).unwrap().immutable, "{a}");
-        }
-
-        // Lookup after a lost create.
-        match p.lookup(&cx(DATABASE), &desired).await.unwrap() {
-            Lookup::Found(c) => {
-                assert_eq!(c.external_id, name);
-                assert_eq!(c.actual["owner"], json!(owner));
+            let schemas = p.schemas();
+            let schema = schemas.iter().find(|s| s.name == DATABASE).unwrap();
+            for a in ["name", "template", "encoding", "lc_collate", "lc_ctype"] {
+                assert!(schema.attribute(a).unwrap().immutable, "{a}");
             }
-            other => panic!("{other:?}"),
-        }
 
-        // Delete while someone is connected to it.
-        let url = Server::from_config(&config_of(&test_url()))
-            .unwrap()
-            .for_database(&name)
-            .unwrap()
-            .url;
-        let mut conn = PgConnection::connect(&url).await.unwrap();
-        p.delete(&cx(DATABASE), &name, &drifted).await.unwrap();
-        assert!(
-            sqlx::query("SELECT 1").execute(&mut conn).await.is_err(),
-            "its session was ended"
-        );
-        assert_eq!(p.read(&cx(DATABASE), &name, Some(&drifted)).await.unwrap(), None);
-        p.delete(&cx(DATABASE), &name, &drifted).await.unwrap();
-        assert!(matches!(
-            p.lookup(&cx(DATABASE), &desired).await.unwrap(),
-            Lookup::Absent
-        ));
-    }
+            // Lookup after a lost create.
+            match p.lookup(&cx(DATABASE), &desired).await.unwrap() {
+                Lookup::Found(c) => {
+                    assert_eq!(c.external_id, name);
+                    assert_eq!(c.actual["owner"], json!(owner));
+                }
+                other => panic!("{other:?}"),
+            }
+
+            // Delete while someone is connected to it.
+            let url = Server::from_config(&config_of(&test_url()))
+                .unwrap()
+                .for_database(&name)
+                .unwrap()
+                .url;
+            let mut conn = PgConnection::connect(&url).await.unwrap();
+            p.delete(&cx(DATABASE), &name, &drifted).await.unwrap();
+            assert!(
+                sqlx::query("SELECT 1").execute(&mut conn).await.is_err(),
+                "its session was ended"
+            );
+            assert_eq!(p.read(&cx(DATABASE), &name, Some(&drifted)).await.unwrap(), None);
+            p.delete(&cx(DATABASE), &name, &drifted).await.unwrap();
+            assert!(matches!(
+                p.lookup(&cx(DATABASE), &desired).await.unwrap(),
+                Lookup::Absent
+            ));
+        }
+    })
     .await;
     cleanup(&pool, &[&owner], &[&name]).await;
-    result
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// Whether `role` holds `privilege` on `database` (asked of the server, not of the provider).
+async fn has_database_privilege(pool: &PgPool, role: &str, database: &str, privilege: &str) -> bool {
+    sqlx::query_scalar("SELECT has_database_privilege($1, $2, $3)")
+        .bind(role)
+        .bind(database)
+        .bind(privilege)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn grant_on_a_database_lifecycle() {
+    let Some(pool) = server("grant_on_a_database_lifecycle").await else {
+        return;
+    };
+    let p = PostgresProvider::new();
+    let role = unique("grantee");
+    let db = unique("grantdb");
+    exec(&pool, &format!("CREATE ROLE {}", ident(&role))).await;
+    exec(&pool, &format!("CREATE DATABASE {}", ident(&db))).await;
+    // The default lets PUBLIC connect: take it away, so only the grant gives CONNECT.
+    exec(&pool, &format!("REVOKE ALL ON DATABASE {} FROM PUBLIC", ident(&db))).await;
+    // On a task of its own, so the cleanup below runs even when it panics.
+    let result = tokio::spawn({
+        let (pool, role, db) = (pool.clone(), role.clone(), db.clone());
+        async move {
+        let desired = map(json!({"role": role, "database": db, "object_type": "database", "privileges": ["CONNECT", "temp"]}));
+        let created = p.create(&cx(GRANT), &desired).await.unwrap();
+        assert_eq!(created.external_id, format!("{role}/{db}//database"));
+        assert_no_drift(&desired, &created.actual);
+        assert!(has_database_privilege(&pool, &role, &db, "CONNECT").await);
+        assert!(!has_database_privilege(&pool, &role, &db, "CREATE").await);
+        let read = p.read(&cx(GRANT), &created.external_id, Some(&created.actual)).await.unwrap().unwrap();
+        assert_eq!(read, created.actual);
+        // Without a record, from the id alone.
+        let bare = p.read(&cx(GRANT), &created.external_id, None).await.unwrap().unwrap();
+        assert_eq!(bare["privileges"], json!(["CONNECT", "TEMPORARY"]));
+
+        // Update in place: revoke all, grant the new set.
+        let desired = map(json!({"role": role, "database": db, "object_type": "database", "privileges": ["CONNECT", "CREATE"]}));
+        let updated = p.update(&cx(GRANT), &created.external_id, &desired, &created.actual).await.unwrap();
+        assert_no_drift(&desired, &updated);
+        assert!(!has_database_privilege(&pool, &role, &db, "TEMPORARY").await);
+
+        // Drift: one revoked out of band.
+        exec(&pool, &format!("REVOKE CREATE ON DATABASE {} FROM {}", ident(&db), ident(&role))).await;
+        let drifted = p.read(&cx(GRANT), &created.external_id, Some(&updated)).await.unwrap().unwrap();
+        assert_eq!(drifted["privileges"], json!(["CONNECT"]));
+
+        let schemas = p.schemas();
+        let schema = schemas.iter().find(|s| s.name == GRANT).unwrap();
+        for a in ["role", "database", "schema", "object_type", "objects"] {
+            assert!(schema.attribute(a).unwrap().immutable, "{a}");
+        }
+        assert!(!schema.attribute("privileges").unwrap().immutable);
+
+        // Lookup finds what is granted.
+        assert!(matches!(p.lookup(&cx(GRANT), &desired).await.unwrap(), Lookup::Found(_)));
+
+        p.delete(&cx(GRANT), &created.external_id, &drifted).await.unwrap();
+        assert!(!has_database_privilege(&pool, &role, &db, "CONNECT").await);
+        assert_eq!(p.read(&cx(GRANT), &created.external_id, Some(&drifted)).await.unwrap(), None);
+        p.delete(&cx(GRANT), &created.external_id, &drifted).await.unwrap();
+        assert!(matches!(p.lookup(&cx(GRANT), &desired).await.unwrap(), Lookup::Absent));
+
+        // A privilege that is no keyword is refused before any statement is written.
+        let bad = map(json!({"role": role, "database": db, "object_type": "database", "privileges": ["CONNECT ON DATABASE x TO y; --"]}));
+        let err = p.create(&cx(GRANT), &bad).await.unwrap_err();
+        assert!(matches!(&err, ProviderError::InvalidValue { attribute, .. } if attribute == "privileges"), "{err:?}");
+        let bad = map(json!({"role": role, "database": db, "object_type": "table", "privileges": ["SELECT"]}));
+        let err = p.create(&cx(GRANT), &bad).await.unwrap_err();
+        assert!(matches!(&err, ProviderError::InvalidValue { attribute, .. } if attribute == "schema"), "{err:?}");
+    }
+    })
+    .await;
+    cleanup(&pool, &[&role], &[&db]).await;
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+#[tokio::test]
+async fn grant_on_tables_of_another_database_lifecycle() {
+    let Some(pool) = server("grant_on_tables_of_another_database_lifecycle").await else {
+        return;
+    };
+    let p = PostgresProvider::new();
+    let role = unique("reader");
+    let db = unique("tabledb");
+    exec(&pool, &format!("CREATE ROLE {}", ident(&role))).await;
+    exec(&pool, &format!("CREATE DATABASE {}", ident(&db))).await;
+    let other_url = Server::from_config(&config_of(&test_url()))
+        .unwrap()
+        .for_database(&db)
+        .unwrap()
+        .url;
+    let other = PgPool::connect(&other_url).await.unwrap();
+    exec(
+        &other,
+        "CREATE SCHEMA app; CREATE TABLE app.a (id int); CREATE TABLE app.b (id int); CREATE SEQUENCE app.s",
+    )
+    .await;
+    // On a task of its own, so the cleanup below runs even when it panics.
+    let result = tokio::spawn({
+        let (role, db, other) = (role.clone(), db.clone(), other.clone());
+        async move {
+            let has = |table: &'static str, privilege: &'static str| {
+                let other = other.clone();
+                let role = role.clone();
+                async move {
+                    sqlx::query_scalar::<_, bool>("SELECT has_table_privilege($1, $2, $3)")
+                        .bind(&role)
+                        .bind(table)
+                        .bind(privilege)
+                        .fetch_one(&other)
+                        .await
+                        .unwrap()
+                }
+            };
+            let desired = map(json!({
+                "role": role, "database": db, "schema": "app", "object_type": "table",
+                "privileges": ["select", "INSERT"],
+            }));
+            let created = p.create(&cx(GRANT), &desired).await.unwrap();
+            assert_eq!(created.external_id, format!("{role}/{db}/app/table"));
+            assert_no_drift(&desired, &created.actual);
+            assert!(has("app.a", "SELECT").await && has("app.b", "INSERT").await);
+            assert!(!has("app.a", "DELETE").await);
+            let read = p
+                .read(&cx(GRANT), &created.external_id, Some(&created.actual))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(read, created.actual);
+
+            // Drift: INSERT revoked on one of the tables: not held on all of them.
+            exec(&other, &format!("REVOKE INSERT ON app.b FROM {}", ident(&role))).await;
+            let drifted = p
+                .read(&cx(GRANT), &created.external_id, Some(&created.actual))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(drifted["privileges"], json!(["SELECT"]));
+            let updated = p
+                .update(&cx(GRANT), &created.external_id, &desired, &drifted)
+                .await
+                .unwrap();
+            assert_no_drift(&desired, &updated);
+            assert!(has("app.b", "INSERT").await);
+
+            // Sequences, listed by name, with ALL.
+            let seq = map(json!({
+                "role": role, "database": db, "schema": "app", "object_type": "sequence",
+                "objects": ["s"], "privileges": ["ALL"],
+            }));
+            let seq_created = p.create(&cx(GRANT), &seq).await.unwrap();
+            assert_no_drift(&seq, &seq_created.actual);
+            p.delete(&cx(GRANT), &seq_created.external_id, &seq_created.actual)
+                .await
+                .unwrap();
+            assert_eq!(
+                p.read(&cx(GRANT), &seq_created.external_id, Some(&seq_created.actual))
+                    .await
+                    .unwrap(),
+                None
+            );
+
+            p.delete(&cx(GRANT), &created.external_id, &updated).await.unwrap();
+            assert!(!has("app.a", "SELECT").await && !has("app.b", "INSERT").await);
+            assert_eq!(
+                p.read(&cx(GRANT), &created.external_id, Some(&updated)).await.unwrap(),
+                None
+            );
+            p.delete(&cx(GRANT), &created.external_id, &updated).await.unwrap();
+        }
+    })
+    .await;
+    other.close().await;
+    cleanup(&pool, &[&role], &[&db]).await;
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }
