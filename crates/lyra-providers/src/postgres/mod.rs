@@ -13,6 +13,13 @@
 //! out of band show as drift. What the server cannot tell back (a role's password, a database's
 //! template) is returned as last recorded.
 //!
+//! Limits: a role's name cannot change in place (a new name replaces the role). Deleting a role
+//! reassigns what it owns to the provider's user and drops its privileges in the connected
+//! database and in every other database where `pg_shdepend` records something of it, as long as
+//! that database accepts connections; anything it still has in one that does not makes DROP
+//! ROLE fail (retryably, with the server's reason). A role's memberships go with it. A
+//! database's template is not recorded by the server, so it reads back as created.
+//!
 //! Identifiers are always double-quoted (inner quotes doubled) and literals are escape strings
 //! (`E'...'`, quotes and backslashes doubled), so no value can end a statement early. Secrets
 //! (the URL's password, a role's password) are never put in error messages.

@@ -651,6 +651,37 @@ async fn grant_on_tables_of_another_database_lifecycle() {
             assert_no_drift(&desired, &updated);
             assert!(has("app.b", "INSERT").await);
 
+            // The schema itself.
+            let usage = map(json!({
+                "role": role, "database": db, "schema": "app", "object_type": "schema", "privileges": ["USAGE"],
+            }));
+            let usage_created = p.create(&cx(GRANT), &usage).await.unwrap();
+            assert_eq!(usage_created.external_id, format!("{role}/{db}/app/schema"));
+            assert_no_drift(&usage, &usage_created.actual);
+            let has_usage = || async {
+                sqlx::query_scalar::<_, bool>("SELECT has_schema_privilege($1, 'app', 'USAGE')")
+                    .bind(&role)
+                    .fetch_one(&other)
+                    .await
+                    .unwrap()
+            };
+            assert!(has_usage().await);
+            // Revoked out of band: all of it, so the grant reads as gone.
+            exec(&other, &format!("REVOKE USAGE ON SCHEMA app FROM {}", ident(&role))).await;
+            assert_eq!(
+                p.read(&cx(GRANT), &usage_created.external_id, Some(&usage_created.actual))
+                    .await
+                    .unwrap(),
+                None
+            );
+            assert!(matches!(p.lookup(&cx(GRANT), &usage).await.unwrap(), Lookup::Absent));
+            p.create(&cx(GRANT), &usage).await.unwrap();
+            assert!(matches!(p.lookup(&cx(GRANT), &usage).await.unwrap(), Lookup::Found(_)));
+            p.delete(&cx(GRANT), &usage_created.external_id, &usage_created.actual)
+                .await
+                .unwrap();
+            assert!(!has_usage().await);
+
             // Sequences, listed by name, with ALL.
             let seq = map(json!({
                 "role": role, "database": db, "schema": "app", "object_type": "sequence",
