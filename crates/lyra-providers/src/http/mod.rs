@@ -141,15 +141,22 @@ impl Config {
         })
     }
 
-    /// What no message may show: the token, the password and every header value.
-    fn secrets<'a>(&'a self, resource_headers: &'a [(String, String)]) -> Vec<&'a str> {
-        let mut out: Vec<&str> = Vec::new();
-        out.extend(self.bearer_token.as_deref());
-        out.extend(self.password.as_deref());
-        out.extend(self.headers.iter().map(|(_, v)| v.as_str()));
-        out.extend(resource_headers.iter().map(|(_, v)| v.as_str()));
-        // Short values would mask innocent text; they are not worth the noise.
-        out.retain(|s| s.len() >= 4);
+    /// What no message may show: the token, the password (and the basic credentials it is
+    /// sent as) and every header value.
+    fn secrets(&self, resource_headers: &[(String, String)]) -> Vec<String> {
+        use base64::Engine as _;
+        let mut out: Vec<String> = Vec::new();
+        out.extend(self.bearer_token.clone());
+        out.extend(self.password.clone());
+        if let Some(user) = &self.username {
+            let pair = format!("{user}:{}", self.password.as_deref().unwrap_or(""));
+            out.push(base64::engine::general_purpose::STANDARD.encode(pair));
+        }
+        out.extend(self.headers.iter().map(|(_, v)| v.clone()));
+        out.extend(resource_headers.iter().map(|(_, v)| v.clone()));
+        out.retain(|s| !s.is_empty());
+        // Longest first, so no shorter secret masks a piece of a longer one and leaves the rest.
+        out.sort_by_key(|s| std::cmp::Reverse(s.len()));
         out
     }
 }
@@ -294,9 +301,9 @@ fn cause(e: &reqwest::Error) -> String {
     parts.join(": ")
 }
 
-fn scrub(mut text: String, secrets: &[&str]) -> String {
+fn scrub(mut text: String, secrets: &[String]) -> String {
     for s in secrets {
-        text = text.replace(s, "***");
+        text = text.replace(s.as_str(), "***");
     }
     text
 }
@@ -358,7 +365,8 @@ async fn send(
         };
         return Ok(Response { status, body });
     }
-    let text = String::from_utf8_lossy(&bytes);
+    // Masked whole before it is cut: a secret across the cut would leave a piece of it.
+    let text = scrub(String::from_utf8_lossy(&bytes).into_owned(), &secrets);
     let excerpt: String = text.chars().take(EXCERPT).collect();
     let ellipsis = if text.chars().count() > EXCERPT { "..." } else { "" };
     let message = scrub(format!("{what}: {status}: {}{ellipsis}", excerpt.trim()), &secrets);

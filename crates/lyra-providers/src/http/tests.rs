@@ -123,6 +123,13 @@ async fn down(headers: HeaderMap) -> AxumResponse {
         .into_response()
 }
 
+/// Answers with what authenticated it, as an object with an id.
+async fn echo(headers: HeaderMap) -> AxumResponse {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    Json(json!({"id": "e1", "auth": header("authorization"), "key": header("x-api-key"), "team": header("x-team")}))
+        .into_response()
+}
+
 async fn slow() -> AxumResponse {
     tokio::time::sleep(Duration::from_secs(30)).await;
     StatusCode::NO_CONTENT.into_response()
@@ -136,6 +143,8 @@ fn router(api: Api) -> Router {
         .route("/down", any(down))
         .route("/down/{id}", any(down))
         .route("/slow", any(slow))
+        .route("/echo", any(echo))
+        .route("/echo/{id}", any(echo))
         .with_state(api)
 }
 
@@ -439,4 +448,34 @@ fn projection_keeps_exactly_the_managed_keys() {
         Some(&json!("a"))
     );
     let _ = Map::new();
+}
+
+#[tokio::test]
+async fn basic_auth_and_headers_are_sent() {
+    let base = serve(Api::default()).await;
+    let p = HttpProvider::new();
+    let cx = cx_with(json!({
+        "base_url": format!("{base}/"),
+        "username": "user",
+        "password": "pw",
+        "headers": {"X-Api-Key": "key-s3cret"},
+    }));
+    let desired = map(json!({"path": "echo", "headers": {"X-Team": "blue"}, "data": {}}));
+    let created = p.create(&cx, &desired).await.unwrap();
+    assert_eq!(created.external_id, "e1");
+    // base64("user:pw")
+    assert_eq!(created.actual["response"]["auth"], json!("Basic dXNlcjpwdw=="));
+    assert_eq!(created.actual["response"]["key"], json!("key-s3cret"));
+    assert_eq!(created.actual["response"]["team"], json!("blue"));
+
+    // A header value a server echoes in an error is masked.
+    let err = p
+        .create(
+            &cx,
+            &map(json!({"path": "/down", "headers": {"X-Team": "blue"}, "data": {}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("overloaded, try later (Basic ***)"), "{err}");
+    assert!(!err.to_string().contains("dXNlcjpwdw"), "{err}");
 }

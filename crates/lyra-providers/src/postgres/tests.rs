@@ -262,7 +262,7 @@ async fn role_lifecycle() {
             exec(
                 &pool,
                 &format!(
-                    "ALTER ROLE {0} CONNECTION LIMIT 3 NOCREATEDB; GRANT {1} TO {0}",
+                    "ALTER ROLE {0} CONNECTION LIMIT 3 NOCREATEDB VALID UNTIL '2031-06-01 00:00:00+00'; GRANT {1} TO {0}",
                     ident(&name),
                     ident(&group_b)
                 ),
@@ -271,6 +271,8 @@ async fn role_lifecycle() {
             let drifted = p.read(&cx(ROLE), &name, Some(&updated)).await.unwrap().unwrap();
             assert_eq!(drifted["connection_limit"], json!(3));
             assert_eq!(drifted["create_database"], json!(false));
+            let valid_until = drifted["valid_until"].as_str().unwrap();
+            assert!(valid_until.starts_with("2031-06-01"), "{valid_until}");
             assert_eq!(drifted["roles"], json!([group_a, group_b]));
             // ...and the update corrects it, revoking what was granted out of band.
             let fixed = p.update(&cx(ROLE), &name, &desired, &drifted).await.unwrap();
@@ -450,6 +452,8 @@ async fn database_lifecycle() {
             let mut desired = desired;
             desired.insert("owner".into(), json!(owner));
             desired.insert("connection_limit".into(), json!(7));
+            // A template cannot be dropped as such: delete must handle it.
+            desired.insert("is_template".into(), json!(true));
             let updated = p.update(&cx(DATABASE), &name, &desired, &created.actual).await.unwrap();
             assert_no_drift(&desired, &updated);
 
