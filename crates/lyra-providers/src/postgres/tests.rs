@@ -327,6 +327,13 @@ async fn role_lifecycle() {
                 .await
                 .unwrap();
             assert_eq!(owner, "postgres", "reassigned in the other database too");
+            let db_owner: String =
+                sqlx::query_scalar("SELECT pg_get_userbyid(datdba)::text FROM pg_database WHERE datname = $1")
+                    .bind(&other_db)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            assert_eq!(db_owner, "postgres", "the database it owned too");
             other.close().await;
         }
     })
