@@ -64,7 +64,10 @@ fn attribute_json(a: &AttributeSchema) -> AttributeJson<'_> {
 
 /// The schemas `filter` names (a type like `Postgres::Role`, or a namespace like `Postgres`;
 /// case-insensitive), or all.
-fn selected<'s>(schemas: &'s SchemaRegistry, filter: Option<&str>) -> (Vec<&'s ResourceSchema>, Vec<&'s ResourceSchema>) {
+fn selected<'s>(
+    schemas: &'s SchemaRegistry,
+    filter: Option<&str>,
+) -> (Vec<&'s ResourceSchema>, Vec<&'s ResourceSchema>) {
     let matches = |name: &str| {
         filter.is_none_or(|f| {
             let f = f.to_ascii_lowercase();
@@ -116,7 +119,10 @@ fn text(title: &str, s: &ResourceSchema) -> String {
         .iter()
         .map(|a| vec![format!("  {}", a.name), a.ty.to_string(), flags(a), a.doc.clone()])
         .collect();
-    out.push_str(&crate::output::table(&["  ATTRIBUTE", "TYPE", "FLAGS", "DESCRIPTION"], &rows));
+    out.push_str(&crate::output::table(
+        &["  ATTRIBUTE", "TYPE", "FLAGS", "DESCRIPTION"],
+        &rows,
+    ));
     out.push('\n');
     out
 }
@@ -128,7 +134,9 @@ pub fn providers(a: &ProvidersArgs, out: Output) -> Result<(), Exit> {
     if types.is_empty() && settings.is_empty() {
         let name = a.name.as_deref().unwrap_or_default();
         let known = schemas.names().join(", ");
-        return Err(Exit::usage(format!("no resource type or provider '{name}'; known types: {known}")));
+        return Err(Exit::usage(format!(
+            "no resource type or provider '{name}'; known types: {known}"
+        )));
     }
     match out {
         Output::Json => json(&ProvidersJson {

@@ -2,10 +2,14 @@
 //!
 //! - [`foobernetes`]: the original Lyra's imaginary cloud, kept in a JSON file whose format is
 //!   byte-compatible with the original's `deployment.json`.
+//! - [`http`]: `Http::Resource`, an object of a JSON REST API (like Mastercard/restapi's
+//!   `restapi_object`).
 //! - [`null`]: `Null::Resource`, a resource that exists only in the engine's state (like
 //!   Terraform's `terraform_data`); cheap enough for large benchmarks.
 //! - [`kubernetes`]: `Kubernetes::Object`, any Kubernetes object applied server-side from a
 //!   manifest (like Terraform's `kubernetes_manifest`).
+//! - [`postgres`]: `Postgres::Role`, `Postgres::Database` and `Postgres::Grant` (like the
+//!   cyrilgdn/postgresql Terraform provider's).
 //! - [`time`]: `Time::Sleep`, which waits on create and delete (like Terraform's `time_sleep`).
 //! - [`file`]: `File::File`, a file on the local disk (like Terraform's `local_file`).
 //! - [`exec`]: `Exec::Command`, shell commands that create, read, update and delete something
@@ -24,8 +28,10 @@ use lyra_core::provider::{OpContext, ProviderError, Providers};
 pub mod exec;
 pub mod file;
 pub mod foobernetes;
+pub mod http;
 pub mod kubernetes;
 pub mod null;
+pub mod postgres;
 pub mod random;
 pub mod time;
 pub mod tls;
@@ -33,8 +39,10 @@ pub mod tls;
 pub use exec::ExecProvider;
 pub use file::FileProvider;
 pub use foobernetes::FoobernetesProvider;
+pub use http::HttpProvider;
 pub use kubernetes::KubernetesProvider;
 pub use null::NullProvider;
+pub use postgres::PostgresProvider;
 pub use random::RandomProvider;
 pub use time::TimeProvider;
 pub use tls::TlsProvider;
@@ -106,7 +114,9 @@ pub async fn cancellable<T>(
 pub fn builtin(config: &ProvidersConfig) -> Providers {
     Providers::new()
         .with(FoobernetesProvider::new(config.foobernetes_file.clone()))
+        .with(HttpProvider::new())
         .with(NullProvider::new())
+        .with(PostgresProvider::new())
         .with(TimeProvider::new())
         .with(FileProvider::new(config.files_root.clone()))
         .with(ExecProvider::new(config.allow_exec))
@@ -173,8 +183,12 @@ mod tests {
                 "Foobernetes::Instance",
                 "Foobernetes::LoadBalancer",
                 "Foobernetes::WebServer",
+                "Http::Resource",
                 "Kubernetes::Object",
                 "Null::Resource",
+                "Postgres::Database",
+                "Postgres::Grant",
+                "Postgres::Role",
                 "Random::Id",
                 "Random::Password",
                 "Time::Sleep",
@@ -194,6 +208,10 @@ mod tests {
             "random::password",
             "tls::locallysignedcert",
             "kubernetes::object",
+            "postgres::role",
+            "POSTGRES::DATABASE",
+            "postgres::grant",
+            "http::resource",
         ] {
             assert!(providers.get(name).is_some(), "{name}");
         }
