@@ -41,6 +41,33 @@ pub fn psql(sql: &str) -> Output {
         .expect("run psql (is the PostgreSQL client installed?)")
 }
 
+/// Runs one query on the test server with `psql` and returns its value, unaligned; a failed
+/// query fails the test.
+#[track_caller]
+pub fn psql_value(sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([
+            "-X",
+            "-q",
+            "-t",
+            "-A",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            &postgres_url(),
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("run psql (is the PostgreSQL client installed?)");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// How many resources `db`'s state records for `deployment` (0 before its tables exist): a
 /// cheap progress probe for a running apply.
 pub fn recorded(db: &PgTestDb, deployment: &str) -> u64 {

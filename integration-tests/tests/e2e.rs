@@ -53,6 +53,7 @@ mod e2e {
     mod packages;
     mod parallel;
     mod postgres;
+    mod provider_examples;
     mod rbac;
     mod registration;
     mod secrets;

@@ -1,7 +1,10 @@
 //! `File::File`: a file on the local disk, shaped after Terraform's `local_file`.
 //!
 //! The file's content is exactly one of `content`, `sensitive_content` (a secret: never
-//! printed) or `source` (the path of a file whose bytes are copied). Writes are atomic: the
+//! printed), `source` (the path of a file whose bytes are copied) or `template` (text whose
+//! `${name}` placeholders are replaced by the values of `vars`; `$$` is a `$`): workflow
+//! strings are never interpolated, so a config file built from values is a template. When a
+//! value in `vars` is secret, the engine keeps `vars` secret; the template itself is not. Writes are atomic: the
 //! bytes go to a temporary file in the same directory, which is synced and renamed over the
 //! target, so a reader sees the old file or the new one, never half of one. Missing parent
 //! directories are made with `directory_mode`.
@@ -43,6 +46,8 @@ const PATH: &str = "path";
 const CONTENT: &str = "content";
 const SENSITIVE_CONTENT: &str = "sensitive_content";
 const SOURCE: &str = "source";
+const TEMPLATE: &str = "template";
+const VARS: &str = "vars";
 const MODE: &str = "mode";
 const DIRECTORY_MODE: &str = "directory_mode";
 const SHA256: &str = "sha256";
@@ -97,6 +102,42 @@ struct Plan {
     content: Vec<u8>,
     mode: u32,
     directory_mode: u32,
+}
+
+/// `template` with each `${name}` replaced by `vars[name]` (strings as they are, other values
+/// as JSON) and `$$` by `$`. A placeholder with no value is an error naming it (never a value).
+fn render(template: &str, vars: &Map) -> Result<String, ProviderError> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('{') {
+            let Some(end) = inner.find('}') else {
+                return Err(invalid(TEMPLATE, "a '${' is not closed by '}'"));
+            };
+            let name = inner[..end].trim();
+            match vars.get(name) {
+                Some(Value::String(v)) => out.push_str(v),
+                Some(v) => out.push_str(&v.to_string()),
+                None => {
+                    return Err(invalid(
+                        TEMPLATE,
+                        format!("'${{{name}}}' has no value in vars (write $$ for a literal $)"),
+                    ));
+                }
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -206,16 +247,18 @@ impl FileProvider {
             }
         };
         let source = opt_str(desired, SOURCE)?;
-        let content = match (content, secret, source) {
-            (Some(c), None, None) | (None, Some(c), None) => c.as_bytes().to_vec(),
-            (None, None, Some(s)) => {
+        let template = opt_str(desired, TEMPLATE)?;
+        let content = match (content, secret, source, template) {
+            (Some(c), None, None, None) | (None, Some(c), None, None) => c.as_bytes().to_vec(),
+            (None, None, Some(s), None) => {
                 let from = self.resolve(SOURCE, s, None)?;
                 fs::read(&from).map_err(|e| io_error("read the source", &from, &e))?
             }
+            (None, None, None, Some(t)) => render(t, &vars_of(desired)?)?.into_bytes(),
             _ => {
                 return Err(invalid(
                     CONTENT,
-                    "set exactly one of content, sensitive_content and source",
+                    "set exactly one of content, sensitive_content, source and template",
                 ));
             }
         };
@@ -287,6 +330,18 @@ impl FileProvider {
                 Value::Null
             };
             actual.insert(SOURCE.to_owned(), value);
+        } else if let Some(template) = opt_str(shape, TEMPLATE).ok().flatten() {
+            // Still the template rendered with its vars? Otherwise it holds something else, and
+            // a null template says so (the file's text may hold secrets from vars).
+            let vars = vars_of(shape).unwrap_or_default();
+            let same = render(template, &vars).is_ok_and(|r| r.as_bytes() == bytes.as_slice());
+            if same {
+                actual.insert(TEMPLATE.to_owned(), Value::String(template.to_owned()));
+                actual.insert(VARS.to_owned(), Value::Object(vars));
+            } else {
+                actual.insert(TEMPLATE.to_owned(), Value::Null);
+                actual.insert(VARS.to_owned(), Value::Object(vars));
+            }
         } else if shape.get(SENSITIVE_CONTENT).is_some_and(|v| !v.is_null()) {
             actual.insert(SENSITIVE_CONTENT.to_owned(), text());
         } else {
@@ -305,6 +360,15 @@ impl FileProvider {
         actual.insert(DIRECTORY_MODE.to_owned(), Value::String(dir_mode.to_owned()));
         actual.insert(SHA256.to_owned(), Value::String(sha256_hex(&bytes)));
         Ok(Some(actual))
+    }
+}
+
+/// `vars`, an empty map when unset.
+fn vars_of(m: &Map) -> Result<Map, ProviderError> {
+    match m.get(VARS) {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(v)) => Ok(v.clone()),
+        Some(other) => Err(invalid(VARS, format!("expects a hash, got {}", kind_of(other)))),
     }
 }
 
@@ -379,12 +443,16 @@ impl Provider for FileProvider {
                         .immutable()
                         .doc("Where the file is; relative paths resolve against the working directory (or, in the controller, inside its files root). The external id."),
                     AttributeSchema::new(CONTENT, Type::optional(Type::String))
-                        .doc("The file's content. Exactly one of content, sensitive_content and source."),
+                        .doc("The file's content. Exactly one of content, sensitive_content, source and template."),
                     AttributeSchema::new(SENSITIVE_CONTENT, Type::optional(Type::Sensitive(Box::new(Type::String))))
                         .sensitive()
                         .doc("The file's content, a secret: never printed."),
                     AttributeSchema::new(SOURCE, Type::optional(Type::String))
                         .doc("The path of a file whose bytes are copied; reads back null when the file no longer holds them."),
+                    AttributeSchema::new(TEMPLATE, Type::optional(Type::String))
+                        .doc("Text whose ${name} placeholders are replaced by the values of vars ($$ is a $); reads back null when the file holds something else."),
+                    AttributeSchema::new(VARS, Type::optional(Type::Hash(Box::new(Type::String), Box::new(Type::Any))))
+                        .doc("The values of the template's placeholders: strings as they are, other values as JSON."),
                     AttributeSchema::new(MODE, Type::optional(Type::String))
                         .provided()
                         .doc("The file's permissions, in octal (default 0644); changed in place."),

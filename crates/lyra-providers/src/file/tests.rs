@@ -267,3 +267,65 @@ async fn bad_modes_are_invalid_values() {
     }
     assert!(!dir.path().join("m").exists());
 }
+
+#[test]
+fn templates_render_placeholders_and_escapes() {
+    let vars = map(json!({"user": "app", "port": 5432, "on": true}));
+    assert_eq!(
+        render("user=${user} port=${ port } on=${on} cost=$$5 lone=$x", &vars).unwrap(),
+        "user=app port=5432 on=true cost=$5 lone=$x"
+    );
+    let e = render("pw=${password}", &vars).unwrap_err().to_string();
+    assert!(e.contains("'${password}' has no value in vars"), "{e}");
+    assert!(
+        render("a=${user", &vars)
+            .unwrap_err()
+            .to_string()
+            .contains("not closed")
+    );
+}
+
+#[tokio::test]
+async fn a_template_is_rendered_and_a_changed_file_reads_as_a_null_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = FileProvider::new(None);
+    let path = dir.path().join("app.ini");
+    let desired = map(json!({
+        "path": s(&path),
+        "template": "[db]\nuser = ${user}\npassword = ${password}\n",
+        "vars": {"user": "app", "password": "s3cr3t-pw"},
+    }));
+    let created = p.create(&cx(), &desired).await.unwrap();
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "[db]\nuser = app\npassword = s3cr3t-pw\n"
+    );
+    let read = p
+        .read(&cx(), &created.external_id, Some(&created.actual))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read["template"], desired["template"], "no drift");
+    assert_eq!(read["vars"], desired["vars"]);
+    assert!(
+        !read.contains_key("content"),
+        "the rendered text (with its secret) is not read back"
+    );
+
+    fs::write(&path, "tampered").unwrap();
+    let read = p
+        .read(&cx(), &created.external_id, Some(&created.actual))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read["template"], Value::Null, "drift shows as a changed template");
+    p.update(&cx(), &created.external_id, &desired, &read).await.unwrap();
+    assert!(fs::read_to_string(&path).unwrap().contains("user = app"));
+
+    let both = map(json!({"path": s(&path), "template": "x", "content": "y"}));
+    let e = p.create(&cx(), &both).await.unwrap_err().to_string();
+    assert!(
+        e.contains("exactly one of content, sensitive_content, source and template"),
+        "{e}"
+    );
+}
