@@ -136,3 +136,57 @@ fn ctrl_c_ends_a_wait_for_the_lease() {
         lyra.spawned_output("holder")
     );
 }
+
+/// Whether process `pid` still exists.
+fn alive(pid: &str) -> bool {
+    std::process::Command::new("kill")
+        .args(["-0", pid])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The first Ctrl-C reaches a running command: `Exec::Command`'s shell and what it started are
+/// killed at once (not waited for, as a step that finishes would be), the step fails as
+/// interrupted, and the run ends 130. Its intent stays: the command may have done its work.
+#[test]
+fn ctrl_c_kills_a_running_command_and_its_children() {
+    let lyra = Lyra::new();
+    lyra.write_workflow(
+        "slow",
+        "steps:\n  long:\n    resource: Exec::Command\n    value:\n      create: |\n        echo $$ > shell.pid\n        sleep 300 &\n        echo $! > child.pid\n        wait\n",
+    );
+    let mut child = lyra.spawn("slow", &["apply", "slow", "-o", "json"]);
+    let started = wait_until(Duration::from_secs(60), || {
+        lyra.path("child.pid").exists() && !lyra.read("child.pid").trim().is_empty()
+    });
+    assert!(started, "the command never started: {:?}", lyra.spawned_output("slow"));
+    let (shell, sleeper) = (
+        lyra.read("shell.pid").trim().to_owned(),
+        lyra.read("child.pid").trim().to_owned(),
+    );
+    assert!(alive(&sleeper));
+    let sent = std::time::Instant::now();
+    send(&child, "INT");
+    let status = child.wait().expect("wait");
+    assert!(
+        sent.elapsed() < Duration::from_secs(20),
+        "the run waited for the command"
+    );
+    let (stdout, stderr) = lyra.spawned_output("slow");
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the JSON report");
+    let step = &report["steps"][0];
+    assert_eq!(step["status"], "failed", "{report:#}");
+    assert!(
+        step["error"].as_str().is_some_and(|e| e.contains("interrupted")),
+        "{report:#}"
+    );
+    let gone = wait_until(Duration::from_secs(5), || !alive(&shell) && !alive(&sleeper));
+    assert!(gone, "the command's process group was killed");
+    assert_eq!(
+        pending(&lyra, "slow"),
+        1,
+        "the intent stays: the command may have had its effect"
+    );
+}
