@@ -72,8 +72,19 @@ impl Secrets {
         }
     }
 
-    /// Remembers the secret attributes of a record: those it lists, and those its provider
-    /// marks (`schema`).
+    /// Remembers a value derived from secrets (built from them, or echoing them) only when it
+    /// is a scalar: a reference copies values whole, so a derived scalar is a secret itself,
+    /// while a derived list or hash (a manifest holding one password) is mostly structure, and
+    /// its secrets are remembered where they came from. Remembering the whole would scrub
+    /// `default`, `Secret` or a name from every message.
+    pub fn add_derived(&mut self, value: &Value) {
+        if matches!(value, Value::String(_) | Value::Number(_)) {
+            self.add(value);
+        }
+    }
+
+    /// Remembers the secret attributes of a record: those its provider marks (`schema`), whole,
+    /// and those it lists as derived from secrets, when scalars ([`Secrets::add_derived`]).
     pub fn add_record(&mut self, rec: &ResourceRecord, schema: Option<&ResourceSchema>) {
         for attr in record_secret_names(rec, schema) {
             if attr == crate::engine::PROVIDER_CONFIG_KEY {
@@ -89,9 +100,14 @@ impl Secrets {
                 }
                 continue;
             }
+            let marked = schema.is_some_and(|s| s.is_secret(&attr));
             for m in [&rec.desired, &rec.actual] {
                 if let Some(v) = m.get(&attr) {
-                    self.add(v);
+                    if marked {
+                        self.add(v);
+                    } else {
+                        self.add_derived(v);
+                    }
                 }
             }
         }

@@ -72,8 +72,11 @@ impl Run<'_, '_> {
                 })?,
             _ => Val { sensitive, ..v },
         };
-        if sensitive {
+        // Declared secret: the whole value is; merely derived from one: see `add_derived`.
+        if p.ty.as_ref().is_some_and(Type::is_sensitive) {
             self.remember(&v.var);
+        } else if sensitive && let Var::Known(x) = &v.var {
+            self.secrets.lock().expect("secrets lock").add_derived(x);
         }
         Ok(v)
     }
@@ -151,8 +154,13 @@ impl Run<'_, '_> {
             },
             _ => v,
         };
-        if v.sensitive {
+        // Declared secret: the whole value is; merely derived from one: see `add_derived`.
+        if r.ty.as_ref().is_some_and(Type::is_sensitive) {
             self.remember(&v.var);
+        } else if v.sensitive
+            && let Var::Known(x) = &v.var
+        {
+            self.secrets.lock().expect("secrets lock").add_derived(x);
         }
         Ok(v)
     }

@@ -199,7 +199,7 @@ impl Run<'_, '_> {
                         secret: resolved.sensitive,
                     })?;
                     if resolved.sensitive {
-                        self.remember(&Var::Known(v.clone()));
+                        self.secrets.lock().expect("secrets lock").add_derived(&v);
                     }
                     d.values.insert(a.name.clone(), v);
                 }
@@ -548,8 +548,9 @@ impl Run<'_, '_> {
     /// The attributes of a resource whose values are secret: those set from something
     /// sensitive (`tainted`), those the provider marks secret, those holding a known secret
     /// (a provider echoing a secret input, now or from an earlier run, which it cannot know
-    /// to mark), and those the prior record marked whose value has not changed since. Their
-    /// values are remembered as secrets.
+    /// to mark), and those the prior record marked whose value has not changed since. The
+    /// values the provider marks are remembered as secrets; derived ones only when scalars
+    /// (see `Secrets::add_derived`).
     fn secret_attributes(&self, t: &Target<'_>, actual: &Map) -> BTreeSet<String> {
         let desired = &t.desired.values;
         let mut out = t.desired.tainted.clone();
@@ -562,9 +563,14 @@ impl Run<'_, '_> {
         );
         let mut secrets = self.secrets.lock().expect("secrets lock");
         for k in &out {
+            let marked = t.schema.is_secret(k);
             for m in [desired, actual] {
                 if let Some(v) = m.get(k) {
-                    secrets.add(v);
+                    if marked {
+                        secrets.add(v);
+                    } else {
+                        secrets.add_derived(v);
+                    }
                 }
             }
         }
@@ -581,7 +587,7 @@ impl Run<'_, '_> {
         for k in echoes {
             for m in [desired, actual] {
                 if let Some(v) = m.get(&k) {
-                    secrets.add(v);
+                    secrets.add_derived(v);
                 }
             }
             out.insert(k);

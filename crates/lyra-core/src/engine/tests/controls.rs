@@ -280,3 +280,27 @@ fn a_provider_can_ask_for_a_replace() {
     assert!(r.steps[0].changes[0].forces_replace);
     assert_eq!(s.record("a").external_id, "c-1");
 }
+
+/// A hash built from a secret is masked where it is shown, but only the secret itself is
+/// scrubbed from everything else: the words beside it in the hash (a kind, a namespace) are
+/// not secrets, and other steps may show them.
+#[test]
+fn strings_beside_a_secret_in_a_hash_are_not_scrubbed_elsewhere() {
+    let f = Fixture::new();
+    let wf = "parameters:\n  pw: {type: 'Sensitive[String]'}\nsteps:\n  secret:\n    resource: Test::Thing\n    value:\n      input: {kind: Secret, namespace: default, password: $pw}\n  plain:\n    resource: Test::Thing\n    value:\n      input: default\n  loud:\n    resource: Test::Thing\n    value:\n      input: fail with $pw\n";
+    let r = f.run(wf, json!({"pw": "hunter2-pw"}), Mode::Apply);
+    let plain = step(&r, "plain");
+    assert_eq!(plain.changes[0].new, Some(json!("default")), "{plain:?}");
+    let secret = step(&r, "secret");
+    assert!(secret.changes.iter().all(|c| c.sensitive), "{secret:?}");
+    let text = format!("{r:?}");
+    assert!(!text.contains("hunter2-pw"), "{text}");
+    // Applied again (the record's derived hash is not a needle either).
+    let r = f.run(
+        &wf.replace("input: default", "input: default-2"),
+        json!({"pw": "hunter2-pw"}),
+        Mode::Plan,
+    );
+    let plain = step(&r, "plain");
+    assert_eq!(plain.changes[0].new, Some(json!("default-2")), "{plain:?}");
+}
