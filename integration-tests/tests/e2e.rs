@@ -54,6 +54,7 @@ mod e2e {
     mod parallel;
     mod postgres;
     mod rbac;
+    mod real_providers;
     mod registration;
     mod secrets;
     mod sharing;
