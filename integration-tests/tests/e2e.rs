@@ -55,6 +55,7 @@ mod e2e {
     mod postgres;
     mod provider_examples;
     mod rbac;
+    mod real_providers;
     mod registration;
     mod secrets;
     mod sharing;
