@@ -224,12 +224,13 @@ mod tests {
         for name in providers.schemas().names() {
             let schema = providers.schemas().get(name).expect("a listed type");
             out.push_str(&format!(
-                "### `{name}`\n\n| attribute | type | provided | computed | immutable | sensitive |\n| --- | --- | --- | --- | --- | --- |\n"
+                "### `{name}`\n\n| attribute | type | required | provided | computed | immutable | sensitive |\n| --- | --- | --- | --- | --- | --- | --- |\n"
             ));
             for a in &schema.attributes {
                 let cells = [
                     format!("`{}`", a.name),
                     format!("`{}`", a.ty),
+                    mark(a.required).to_owned(),
                     mark(a.provided).to_owned(),
                     mark(a.computed).to_owned(),
                     mark(a.immutable).to_owned(),

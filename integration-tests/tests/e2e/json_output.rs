@@ -86,6 +86,14 @@ fn every_command_prints_one_document_that_matches_its_schema() {
     let graph = doc(&lyra, &["graph", "pair"], 0, "graph");
     assert_eq!(graph["edges"], serde_json::json!([{"from": "one", "to": "two"}]));
     doc(&lyra, &["crd"], 0, "crd");
+    let providers = doc(&lyra, &["providers"], 0, "providers");
+    assert!(
+        providers["types"].as_array().is_some_and(|t| t.len() > 10),
+        "{providers:#}"
+    );
+    let one = doc(&lyra, &["providers", "postgres"], 0, "providers");
+    assert_eq!(one["settings"][0]["name"], "Postgres", "{one:#}");
+    error(&lyra, &["providers", "Nosuch::Type"], "usage", 2);
 
     // Runs and the state.
     let apply = doc(&lyra, &["apply", "pair"], 0, "report");

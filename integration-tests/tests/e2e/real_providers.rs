@@ -589,3 +589,42 @@ steps:
     );
     assert!(!lyra.ok(&["state", "show", "beside"]).stdout.contains("s3cr3t-value"));
 }
+
+/// The controller runs workflows anyone who may create a Workflow object writes: it runs no
+/// command unless started with `--allow-exec`, and writes files only inside `--files-root`.
+/// Both refusals name the step and say why; nothing is run or written.
+#[test]
+fn the_controller_runs_no_command_and_writes_no_file_outside_its_root() {
+    let cluster = cluster_or_skip!();
+    let root = cluster.lyra.path("files-root");
+    std::fs::create_dir_all(&root).expect("files root");
+    let outside = cluster.lyra.path("outside.txt");
+    let _controller = cluster.controller("c1", &["--files-root", root.to_str().expect("utf-8 path")]);
+    let marker = cluster.lyra.path("ran");
+    cluster.apply(&format!(
+        "apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: hostile\n  namespace: default\nspec:\n  workflow:\n    steps:\n      run:\n        resource: Exec::Command\n        value:\n          create: touch {marker}\n      escape:\n        resource: File::File\n        value:\n          path: ../outside.txt\n          content: pwned\n      absolute:\n        resource: File::File\n        value:\n          path: {outside}\n          content: pwned\n      inside:\n        resource: File::File\n        value:\n          path: conf/ok.txt\n          content: fine\n",
+        marker = marker.display(),
+        outside = outside.display(),
+    ));
+    let wf = cluster.wait_until_status("hostile", Duration::from_secs(60), |wf| {
+        wf["status"]["steps"]
+            .as_array()
+            .is_some_and(|s| s.iter().filter(|s| s["lastError"].is_string()).count() == 3)
+    });
+    let errors: std::collections::BTreeMap<&str, &str> = wf["status"]["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|s| Some((s["name"].as_str()?, s["lastError"].as_str()?)))
+        .collect();
+    assert!(errors["run"].contains("--allow-exec"), "{errors:#?}");
+    assert!(errors["escape"].contains("'..'"), "{errors:#?}");
+    assert!(errors["absolute"].contains("is absolute"), "{errors:#?}");
+    assert!(!errors.contains_key("inside"), "{errors:#?}");
+    assert!(!marker.exists(), "no command ran");
+    assert!(!outside.exists(), "nothing was written outside the files root");
+    assert_eq!(
+        std::fs::read_to_string(root.join("conf/ok.txt")).expect("written inside"),
+        "fine"
+    );
+}
