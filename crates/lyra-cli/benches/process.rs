@@ -1,12 +1,20 @@
 //! Process benchmark: the real `lyra` binary, one process per command, as a user runs it.
-//! Generated wide workflows of `Null::Resource` steps (all independent, like the engine
-//! benchmark's) on a SQLite state file in a temporary directory: first apply, no-change plan,
-//! no-change apply and delete, each timed from spawn to exit. Prints the median (and the
-//! fastest) of several rounds per size; `--json FILE` also writes them as JSON.
+//! Generated wide workflows (all steps independent, like the engine benchmark's) on a SQLite
+//! state file in a temporary directory: first apply, no-change plan, no-change apply and
+//! delete, each timed from spawn to exit. Prints the median (and the fastest) of several rounds
+//! per size; `--json FILE` also writes them as JSON.
+//!
+//! `--shape` picks the steps' provider: `null` (default: `Null::Resource`, the engine's own
+//! cost), `random` (`Random::Password`), `file` (`File::File`, each an atomic, synced write),
+//! `exec` (`Exec::Command` with a read command: a process per step and operation), or
+//! `postgres` (`Postgres::Role` on the server `LYRA_BENCH_PG_URL` names).
 //!
 //! ```sh
 //! cargo bench -p lyra-cli --bench process                   # 1k, 10k, 50k steps
 //! cargo bench -p lyra-cli --bench process -- --steps 10000 --rounds 5 --json out.json
+//! cargo bench -p lyra-cli --bench process -- --shape file --steps 1000
+//! LYRA_BENCH_PG_URL=postgres://postgres@127.0.0.1/test \
+//!   cargo bench -p lyra-cli --bench process -- --shape postgres --steps 200
 //! ```
 //!
 //! `cargo bench` builds the binary with the bench profile (release); the numbers of a debug
@@ -22,12 +30,28 @@ use std::time::{Duration, Instant};
 
 const COMMANDS: [&str; 4] = ["first apply", "no-change plan", "no-change apply", "delete"];
 
-fn workflow(n: usize) -> String {
-    let mut s = String::from("steps:\n");
+fn workflow(shape: &str, n: usize) -> String {
+    let mut s = String::new();
+    if shape == "postgres" {
+        s.push_str(
+            "parameters:\n  url: {type: 'Sensitive[String]', lookup: url}\nproviders:\n  Postgres: {url: $url}\n",
+        );
+    }
+    s.push_str("steps:\n");
     for i in 0..n {
-        s.push_str(&format!(
-            "  s{i}:\n    returns: {{o{i}: output}}\n    resource: Null::Resource\n    value:\n      input: {i}\n"
-        ));
+        let step = match shape {
+            "null" => format!("returns: {{o{i}: output}}\n    resource: Null::Resource\n    value:\n      input: {i}"),
+            "random" => "resource: Random::Password\n    value:\n      length: 24".to_owned(),
+            "file" => {
+                format!("resource: File::File\n    value:\n      path: out/f{i}.conf\n      content: \"value {i}\\n\"")
+            }
+            "exec" => format!("resource: Exec::Command\n    value:\n      create: echo n{i}\n      read: echo n{i}"),
+            "postgres" => {
+                format!("resource: Postgres::Role\n    value:\n      name: lyra_bench_{i}\n      login: true")
+            }
+            other => panic!("unknown --shape {other}: null, random, file, exec or postgres"),
+        };
+        s.push_str(&format!("  s{i}:\n    {step}\n"));
     }
     s
 }
@@ -60,13 +84,18 @@ fn bin() -> PathBuf {
 }
 
 /// One round on a fresh state: the four commands' times, in [`COMMANDS`] order.
-fn round(n: usize) -> [Duration; 4] {
+fn round(shape: &str, n: usize) -> [Duration; 4] {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("wide.yaml"), workflow(n)).expect("workflow");
+    std::fs::write(dir.path().join("wide.yaml"), workflow(shape, n)).expect("workflow");
     let state = ["--state", "state.db"];
+    let url = std::env::var("LYRA_BENCH_PG_URL").unwrap_or_default();
+    let var = format!("url={url}");
     let run = |cmd: &str| {
         let mut args = vec![cmd, "wide.yaml"];
         args.extend(state);
+        if shape == "postgres" {
+            args.extend(["--var", &var]);
+        }
         lyra(dir.path(), &args)
     };
     let first = run("apply");
@@ -99,6 +128,11 @@ fn main() {
         panic!("a debug build measures nothing useful: run `cargo bench -p lyra-cli --bench process`");
     }
     let args: Vec<String> = std::env::args().collect();
+    let shape = arg(&args, "--shape").unwrap_or("null");
+    assert!(
+        shape != "postgres" || std::env::var_os("LYRA_BENCH_PG_URL").is_some(),
+        "--shape postgres needs LYRA_BENCH_PG_URL"
+    );
     let sizes: Vec<usize> = arg(&args, "--steps").map_or_else(
         || vec![1_000, 10_000, 50_000],
         |s| s.split(',').map(|n| n.parse().expect("a number of steps")).collect(),
@@ -109,7 +143,7 @@ fn main() {
             r.parse().expect("a number of rounds")
         })
     };
-    println!("lyra process benchmark: {}", bin().display());
+    println!("lyra process benchmark ({shape} steps): {}", bin().display());
     println!(
         "{:>7}  {:>6}  {}",
         "steps",
@@ -119,7 +153,7 @@ fn main() {
     let mut results = Vec::new();
     for &n in &sizes {
         let k = rounds(n);
-        let times: Vec<[Duration; 4]> = (0..k).map(|_| round(n)).collect();
+        let times: Vec<[Duration; 4]> = (0..k).map(|_| round(shape, n)).collect();
         let mut cells = Vec::new();
         let mut json = serde_json::Map::new();
         for (i, name) in COMMANDS.iter().enumerate() {
@@ -133,7 +167,7 @@ fn main() {
             );
         }
         println!("{n:>7}  {k:>6}  {}", cells.join(""));
-        results.push(serde_json::json!({"steps": n, "rounds": k, "commands": json}));
+        results.push(serde_json::json!({"shape": shape, "steps": n, "rounds": k, "commands": json}));
     }
     if let Some(file) = arg(&args, "--json") {
         let doc = serde_json::to_string_pretty(&results).expect("json");
