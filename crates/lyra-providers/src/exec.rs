@@ -36,6 +36,7 @@
 
 use std::process::Stdio;
 
+use crate::{invalid, opt_str};
 use async_trait::async_trait;
 use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema};
@@ -81,21 +82,6 @@ impl ExecProvider {
         } else {
             Err(ProviderError::Config(DISABLED.to_owned()))
         }
-    }
-}
-
-fn invalid(attribute: &str, message: impl Into<String>) -> ProviderError {
-    ProviderError::InvalidValue {
-        attribute: attribute.to_owned(),
-        message: message.into(),
-    }
-}
-
-fn opt_str<'a>(m: &'a Map, attribute: &str) -> Result<Option<&'a str>, ProviderError> {
-    match m.get(attribute) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(invalid(attribute, format!("expects a string, got {}", kind_of(other)))),
     }
 }
 

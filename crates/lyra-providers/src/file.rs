@@ -32,6 +32,7 @@ use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Component, Path, PathBuf};
 
+use crate::{invalid, opt_str};
 use async_trait::async_trait;
 use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema};
@@ -68,24 +69,8 @@ impl FileProvider {
     }
 }
 
-fn invalid(attribute: &str, message: impl Into<String>) -> ProviderError {
-    ProviderError::InvalidValue {
-        attribute: attribute.to_owned(),
-        message: message.into(),
-    }
-}
-
 fn io_error(what: &str, path: &Path, e: &std::io::Error) -> ProviderError {
     ProviderError::Other(format!("{what} {}: {e}", path.display()))
-}
-
-/// The string in `attribute`, if set (null is unset).
-fn opt_str<'a>(m: &'a Map, attribute: &str) -> Result<Option<&'a str>, ProviderError> {
-    match m.get(attribute) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(invalid(attribute, format!("expects a string, got {}", kind_of(other)))),
-    }
 }
 
 /// A mode such as `0644`: octal digits, at most `07777`.

@@ -125,6 +125,26 @@ pub fn builtin(config: &ProvidersConfig) -> Providers {
         .with(KubernetesProvider::new(config.kubernetes_owner_labels))
 }
 
+/// A value the provider cannot take, for attribute `attribute`.
+pub(crate) fn invalid(attribute: &str, message: impl Into<String>) -> ProviderError {
+    ProviderError::InvalidValue {
+        attribute: attribute.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The string in `attribute`, if set (null is unset); another kind of value is invalid.
+pub(crate) fn opt_str<'a>(m: &'a lyra_core::value::Map, attribute: &str) -> Result<Option<&'a str>, ProviderError> {
+    match m.get(attribute) {
+        None | Some(lyra_core::value::Value::Null) => Ok(None),
+        Some(lyra_core::value::Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(invalid(
+            attribute,
+            format!("expects a string, got {}", lyra_core::types::kind_of(other)),
+        )),
+    }
+}
+
 /// `prefix-` followed by 16 random hex digits: external ids of resources that live nowhere
 /// but in the engine's state.
 fn random_hex_id(prefix: &str) -> String {

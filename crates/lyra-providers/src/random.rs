@@ -13,6 +13,7 @@
 //! unpadded base64, standard base64 and decimal, each after `prefix`; the external id is the
 //! URL-safe base64 without the prefix (as in Terraform).
 
+use crate::invalid;
 use async_trait::async_trait;
 use base64::Engine as _;
 use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
@@ -43,13 +44,6 @@ pub struct RandomProvider;
 impl RandomProvider {
     pub fn new() -> Self {
         RandomProvider
-    }
-}
-
-fn invalid(attribute: &str, message: impl Into<String>) -> ProviderError {
-    ProviderError::InvalidValue {
-        attribute: attribute.to_owned(),
-        message: message.into(),
     }
 }
 

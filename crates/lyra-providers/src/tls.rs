@@ -24,6 +24,7 @@
 //! the DER SubjectPublicKeyInfo (what `openssl pkey -pubout -outform DER | sha256sum` prints).
 //! Times are RFC 3339 in UTC.
 
+use crate::{invalid, opt_str};
 use async_trait::async_trait;
 use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema};
@@ -65,21 +66,6 @@ pub struct TlsProvider;
 impl TlsProvider {
     pub fn new() -> Self {
         TlsProvider
-    }
-}
-
-fn invalid(attribute: &str, message: impl Into<String>) -> ProviderError {
-    ProviderError::InvalidValue {
-        attribute: attribute.to_owned(),
-        message: message.into(),
-    }
-}
-
-fn opt_str<'a>(m: &'a Map, attribute: &str) -> Result<Option<&'a str>, ProviderError> {
-    match m.get(attribute) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(invalid(attribute, format!("expects a string, got {}", kind_of(other)))),
     }
 }
 

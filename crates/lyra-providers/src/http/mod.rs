@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::invalid;
 use async_trait::async_trait;
 use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
 use lyra_core::schema::{AttributeSchema, ResourceSchema};
@@ -207,13 +208,6 @@ const UPDATE: usize = 2;
 const DESTROY: usize = 3;
 const OPS: [&str; 4] = ["create", "read", "update", "destroy"];
 const DEFAULT_METHODS: [&str; 4] = ["POST", "GET", "PUT", "DELETE"];
-
-fn invalid(attribute: &str, message: impl Into<String>) -> ProviderError {
-    ProviderError::InvalidValue {
-        attribute: attribute.to_owned(),
-        message: message.into(),
-    }
-}
 
 fn opt_str(m: &Map, key: &str) -> Result<Option<String>, ProviderError> {
     match m.get(key) {

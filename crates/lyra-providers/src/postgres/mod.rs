@@ -274,13 +274,7 @@ pub(crate) fn literal(s: &str) -> String {
     format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// A bad value of `attribute`.
-pub(crate) fn invalid(attribute: &str, message: impl Into<String>) -> ProviderError {
-    ProviderError::InvalidValue {
-        attribute: attribute.to_owned(),
-        message: message.into(),
-    }
-}
+pub(crate) use crate::invalid;
 
 /// A string attribute; absent or null is `None`. Names may not hold NUL (the server refuses
 /// them, and would quote them back in its error).
