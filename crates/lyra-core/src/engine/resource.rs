@@ -75,6 +75,17 @@ impl From<ProviderError> for Failure {
     }
 }
 
+/// `e`, saying how many attempts it took when there were several. A failure cut short keeps
+/// its kind (see `ProviderError::is_indefinite`): a create that timed out may have made its
+/// resource, and its intent must stay.
+fn after_attempts(e: ProviderError, attempts: u32) -> ProviderError {
+    if attempts <= 1 || e.is_indefinite() {
+        e
+    } else {
+        ProviderError::Other(format!("{e} (after {attempts} attempts)"))
+    }
+}
+
 /// The key a pending record's create was asked with: its own, or for records written before
 /// keys were recorded, the key those versions used.
 pub(super) fn pending_key(deployment: &str, rec: &ResourceRecord) -> String {
@@ -490,7 +501,7 @@ impl Run<'_, '_> {
                     wait = (wait * 2).min(c.max_backoff);
                     attempt += 1;
                 }
-                Err(e) if attempt > 1 => return Err(ProviderError::Other(format!("{e} (after {attempt} attempts)"))),
+                Err(e) => return Err(after_attempts(e, attempt)),
                 r => return r,
             }
         }
@@ -526,11 +537,7 @@ impl Run<'_, '_> {
                 Err(e) => e,
             };
             if !e.is_retryable() || attempt >= c.attempts || self.cancelled() {
-                return Err(if attempt > 1 {
-                    ProviderError::Other(format!("{e} (after {attempt} attempts)"))
-                } else {
-                    e
-                });
+                return Err(after_attempts(e, attempt));
             }
             self.engine.timer.sleep(wait).await;
             wait = (wait * 2).min(c.max_backoff);

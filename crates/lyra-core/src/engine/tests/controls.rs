@@ -304,3 +304,20 @@ fn strings_beside_a_secret_in_a_hash_are_not_scrubbed_elsewhere() {
     let plain = step(&r, "plain");
     assert_eq!(plain.changes[0].new, Some(json!("default-2")), "{plain:?}");
 }
+
+#[test]
+fn a_create_that_timed_out_on_every_attempt_keeps_its_intent() {
+    let s = Setup::new();
+    let wf = "steps:\n  a:\n    resource: Cfg::Thing\n    value: {name: a, sleep_ms: 2000}\n    timeout: 30ms\n    retry: {attempts: 2, backoff: 10ms}\n";
+    let r = s.apply(wf, json!({}));
+    assert!(r.failed());
+    let e = r.steps[0].error.clone().unwrap_or_default();
+    assert!(e.contains("timed out after 30ms"), "{e}");
+    // The provider cannot tell (no key tracking) whether a create was made: no second guess.
+    assert_eq!(
+        s.seen().len(),
+        1,
+        "a create that may have worked is not repeated blindly"
+    );
+    assert!(s.record("a").pending);
+}
