@@ -77,3 +77,14 @@ app.kubernetes.io/component: controller
   resources: [events]
   verbs: [create, patch]
 {{- end }}
+
+{{/*
+What workflows manage through Kubernetes::Object with the controller's access
+(providers.kubernetesRules): in the ClusterRole, or in each watched namespace's Role.
+*/}}
+{{- define "lyra.rules.kubernetesObjects" -}}
+{{- with .Values.providers.kubernetesRules }}
+# What workflows manage through Kubernetes::Object (providers.kubernetesRules).
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}

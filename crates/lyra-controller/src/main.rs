@@ -62,6 +62,11 @@ struct Args {
     /// would run any command as the controller.
     #[arg(long, env = "LYRA_ALLOW_EXEC")]
     allow_exec: bool,
+    /// Let a workflow's `Kubernetes::Object` steps reach other namespaces and cluster-scoped
+    /// kinds with the controller's own access. Off by default: a Workflow object's objects stay
+    /// in its namespace unless the workflow brings its own credentials (an inline kubeconfig).
+    #[arg(long, env = "LYRA_KUBERNETES_ANY_NAMESPACE")]
+    kubernetes_any_namespace: bool,
     /// Watch only this namespace; repeatable. Default: every namespace.
     #[arg(long = "namespace", short = 'n', value_name = "NS")]
     namespaces: Vec<String>,
@@ -176,6 +181,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         files_root: Some(args.files_root.clone()),
         allow_exec: args.allow_exec,
         kubernetes_owner_labels: Some(lyra_k8s::reconcile::owner_labels),
+        kubernetes_tenancy: (!args.kubernetes_any_namespace).then_some(lyra_k8s::reconcile::owner_namespace as _),
     }));
     let metrics = Arc::new(Metrics::new());
     let mut settings = Settings::new(&args.workflows);

@@ -113,6 +113,15 @@ pub fn owner_labels(deployment: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The namespace of the Kubernetes object whose deployment `deployment` is (`k8s/<ns>/...`):
+/// where the objects its workflow applies with the controller's own access must stay. `None`
+/// for other deployments.
+pub fn owner_namespace(deployment: &str) -> Option<String> {
+    let path = deployment.strip_prefix("k8s/")?;
+    let (ns, rest) = path.split_once('/')?;
+    (!ns.is_empty() && !rest.is_empty()).then(|| ns.to_owned())
+}
+
 /// Which workflow to run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkflowRef {

@@ -50,6 +50,9 @@ pub use tls::TlsProvider;
 /// The labels that point from an object back to the deployment that made it.
 pub type OwnerLabels = fn(&str) -> Vec<(String, String)>;
 
+/// The namespace a deployment may manage Kubernetes objects in, if it is confined to one.
+pub type TenantOf = fn(&str) -> Option<String>;
+
 /// Settings of the built-in providers: what the program running them (the CLI, the
 /// controller) decides, as opposed to what a workflow's `providers:` block says.
 #[derive(Debug, Clone)]
@@ -68,6 +71,10 @@ pub struct ProvidersConfig {
     /// Labels `Kubernetes::Object` adds to every object it applies, from the deployment's
     /// name: the controller's point back to the object whose workflow made them.
     pub kubernetes_owner_labels: Option<OwnerLabels>,
+    /// The controller's confinement of `Kubernetes::Object`: a Workflow's objects stay in its
+    /// namespace (no other namespace, no cluster-scoped kind) when it uses the controller's own
+    /// credentials. `None` (the CLI, `--kubernetes-any-namespace`): no confinement.
+    pub kubernetes_tenancy: Option<TenantOf>,
 }
 
 impl Default for ProvidersConfig {
@@ -77,6 +84,7 @@ impl Default for ProvidersConfig {
             files_root: None,
             allow_exec: true,
             kubernetes_owner_labels: None,
+            kubernetes_tenancy: None,
         }
     }
 }
@@ -122,7 +130,7 @@ pub fn builtin(config: &ProvidersConfig) -> Providers {
         .with(ExecProvider::new(config.allow_exec))
         .with(RandomProvider::new())
         .with(TlsProvider::new())
-        .with(KubernetesProvider::new(config.kubernetes_owner_labels))
+        .with(KubernetesProvider::new(config.kubernetes_owner_labels).confined(config.kubernetes_tenancy))
 }
 
 /// A value the provider cannot take, for attribute `attribute`.

@@ -256,6 +256,13 @@ fn the_deployment_is_locked_down_and_passes_only_real_flags() {
         let role = of_kind(&objects, "Role")
             .find(|r| r["metadata"]["namespace"] == ns)
             .unwrap_or_else(|| panic!("no Role in {ns}"));
+        // providers.kubernetesRules: what workflows manage, where they are watched.
+        assert!(
+            serde_json::to_string(&role["rules"])
+                .expect("JSON")
+                .contains("configmaps"),
+            "{role}"
+        );
         assert!(
             serde_json::to_string(&role["rules"])
                 .expect("JSON")

@@ -27,6 +27,11 @@ pub(super) struct Settings {
     /// An inline kubeconfig: a secret (it holds tokens or keys), never printed.
     kubeconfig: Option<String>,
     pub(super) namespace: String,
+    /// Whether `namespace` was given (rather than the default).
+    namespace_given: bool,
+    /// The only namespace objects may be in, when the program confines this deployment to
+    /// one (see [`Settings::confine`]).
+    pub(super) confined: Option<String>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -58,6 +63,8 @@ impl Settings {
             config_context: text(CONFIG_CONTEXT)?,
             kubeconfig: text(KUBECONFIG)?,
             namespace: text(NAMESPACE)?.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+            namespace_given: text(NAMESPACE)?.is_some(),
+            confined: None,
         };
         if settings.config_path.is_some() && settings.kubeconfig.is_some() {
             return Err(ProviderError::Config(
@@ -65,6 +72,26 @@ impl Settings {
             ));
         }
         Ok(settings)
+    }
+
+    /// Confines the deployment to namespace `tenant` unless it brings its own credentials (an
+    /// inline `kubeconfig`, from a Secret): the program's (the controller's, or a file of its,
+    /// `config_path`) may reach every namespace, while whoever wrote the Workflow object may own
+    /// only theirs. Objects then default to `tenant`, and another `namespace` is refused.
+    pub(super) fn confine(&mut self, tenant: &str) -> Result<(), ProviderError> {
+        if self.kubeconfig.is_some() {
+            return Ok(());
+        }
+        if self.namespace_given && self.namespace != tenant {
+            return Err(ProviderError::Config(format!(
+                "namespace '{}': a workflow of namespace '{tenant}' manages objects in '{tenant}' only \
+                 with the controller's access (bring your own: kubeconfig, from a Secret)",
+                self.namespace
+            )));
+        }
+        tenant.clone_into(&mut self.namespace);
+        self.confined = Some(tenant.to_owned());
+        Ok(())
     }
 
     /// A digest of what selects the cluster and credentials: the cache's key, which holds

@@ -83,6 +83,7 @@ use crate::OwnerLabels;
 /// The provider of `Kubernetes::Object`.
 pub struct KubernetesProvider {
     owner_labels: Option<OwnerLabels>,
+    tenancy: Option<crate::TenantOf>,
     clients: Clients,
 }
 
@@ -100,8 +101,17 @@ impl KubernetesProvider {
     pub fn new(owner_labels: Option<OwnerLabels>) -> Self {
         KubernetesProvider {
             owner_labels,
+            tenancy: None,
             clients: Clients::default(),
         }
+    }
+
+    /// Confines each deployment that `tenancy` gives a namespace to that namespace, when it
+    /// uses the program's own credentials ([`crate::ProvidersConfig::kubernetes_tenancy`]).
+    #[must_use]
+    pub fn confined(mut self, tenancy: Option<crate::TenantOf>) -> Self {
+        self.tenancy = tenancy;
+        self
     }
 
     /// The labels and annotations this provider adds to what `cx` applies.
@@ -117,7 +127,10 @@ impl KubernetesProvider {
 
     /// The client for `cx`'s configuration, and the configuration.
     async fn client(&self, cx: &OpContext<'_>) -> Result<(Client, Settings), ProviderError> {
-        let settings = Settings::from_config(cx.config)?;
+        let mut settings = Settings::from_config(cx.config)?;
+        if let Some(tenant) = self.tenancy.and_then(|f| f(cx.deployment)) {
+            settings.confine(&tenant)?;
+        }
         Ok((self.clients.get(&settings).await?, settings))
     }
 
@@ -426,6 +439,23 @@ async fn resolve(
             ));
         }
     };
+    if let Some(tenant) = &settings.confined {
+        let elsewhere = match caps.scope {
+            Scope::Namespaced => id
+                .namespace
+                .as_ref()
+                .filter(|ns| *ns != tenant)
+                .map(|ns| format!("namespace '{ns}'")),
+            Scope::Cluster => Some(format!("{} objects, which are cluster-scoped,", id.kind)),
+        };
+        if let Some(what) = elsewhere {
+            return Err(invalid_manifest(format!(
+                "a workflow of namespace '{tenant}' manages objects in '{tenant}' only, not {what} \
+                 (the controller confines workflows to their namespace unless started with \
+                 --kubernetes-any-namespace)"
+            )));
+        }
+    }
     let namespace = match caps.scope {
         Scope::Namespaced => Some(id.namespace.clone().unwrap_or_else(|| settings.namespace.clone())),
         Scope::Cluster if id.namespace.is_some() => {

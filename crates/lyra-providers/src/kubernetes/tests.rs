@@ -1007,3 +1007,62 @@ fn readiness_follows_kstatus() {
         Err("status.replicas is not set".to_owned())
     );
 }
+
+#[tokio::test]
+async fn a_confined_deployment_stays_in_its_namespace() {
+    fn tenant(deployment: &str) -> Option<String> {
+        deployment
+            .strip_prefix("k8s/")
+            .and_then(|p| p.split('/').next())
+            .map(str::to_owned)
+    }
+    let k = cluster().await;
+    let p = KubernetesProvider::new(None).confined(Some(tenant));
+    let team = map(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}));
+    KubernetesProvider::new(None)
+        .create(&k.cx(), &map(json!({"manifest": team})))
+        .await
+        .expect("the namespace");
+    let cx = OpContext {
+        deployment: "k8s/team-a/app",
+        ..k.cx()
+    };
+    // No namespace given: the Workflow's.
+    let created = p.create(&cx, &config_map("mine", json!({"a": "1"}))).await.unwrap();
+    assert!(created.external_id.contains("/team-a/"), "{}", created.external_id);
+    let elsewhere = with_manifest(config_map("theirs", json!({})), |m| {
+        m["metadata"]["namespace"] = json!("kube-system");
+    });
+    let e = p.create(&cx, &elsewhere).await.unwrap_err().to_string();
+    assert!(
+        e.contains("manages objects in 'team-a' only, not namespace 'kube-system'"),
+        "{e}"
+    );
+    let cluster_scoped =
+        map(json!({"manifest": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "grab"}}}));
+    let e = p.create(&cx, &cluster_scoped).await.unwrap_err().to_string();
+    assert!(e.contains("not Namespace objects, which are cluster-scoped"), "{e}");
+    let mut other = k.config.clone();
+    other.insert("namespace".into(), json!("default"));
+    let other: &'static Map = Box::leak(Box::new(other));
+    let e = p
+        .create(
+            &OpContext {
+                config: other,
+                ..cx.clone()
+            },
+            &config_map("x", json!({})),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("manages objects in 'team-a' only"), "{e}");
+    assert!(
+        k.config_maps().get_opt("theirs").await.unwrap().is_none()
+            && k.config_maps().get_opt("x").await.unwrap().is_none(),
+        "nothing was made outside"
+    );
+    // A deployment the program does not confine (the CLI's) goes anywhere.
+    let free = p.create(&k.cx(), &elsewhere).await;
+    assert!(free.is_ok(), "{free:?}");
+}
