@@ -504,3 +504,56 @@ fn a_restarted_controller_serves_the_registered_kinds_again() {
     );
     wait_json(&c, &["shops", "corner"], "an object of the new kind Ready", ready);
 }
+
+/// A registered kind configures a real provider from a Secret: the package's `providers:`
+/// block reads a `Sensitive` parameter, which an object of the kind gives as a
+/// `secretKeyRef`. The controller provisions a Postgres role with it, and deleting the object
+/// drops the role; the URL (with its password) shows nowhere the controller writes.
+#[test]
+fn a_registered_kind_configures_a_provider_from_a_secret() {
+    let _pg = integration_tests::pg_or_skip!();
+    let c = cluster_or_skip!();
+    let registry = registry_or_skip!();
+    let _controller = c.controller_logging("r", &[], "debug");
+    let role = format!("lyra_kind_{:08x}", rand::random::<u32>());
+    // Trust authentication ignores the password: it is there to be hunted for.
+    let url = "postgres://postgres:url-pw-do-not-show@127.0.0.1:5432/test";
+    c.lyra.write_workflow(
+        "pgapp",
+        "parameters:\n  dbUrl:\n    type: Sensitive[String]\n    doc: The server, from a Secret.\n  roleName:\n    type: String\nproviders:\n  Postgres:\n    url: $dbUrl\nsteps:\n  role:\n    resource: Postgres::Role\n    value:\n      name: $roleName\n      login: true\n",
+    );
+    c.lyra
+        .ok(&["package", "pgapp", "--version", "1.0.0", "--out", "pgapp-1"]);
+    let reference = registry.url("pgapp:1.0.0");
+    c.lyra.ok(&["push", "pgapp-1", &reference]);
+    lyra_k(&c, &["register", &reference, "--kind", "PgApp"]).expect_ok();
+    wait_json(&c, &["wfd", "pgapp"], "the definition Ready", ready);
+    c.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: pg\n  namespace: default\nstringData:\n  url: {url}\n"
+    ));
+    c.apply(&format!(
+        "apiVersion: workflows.lyra.dev/v1alpha1\nkind: PgApp\nmetadata:\n  name: app\n  namespace: default\n\
+         spec:\n  roleName: {role}\n  dbUrl:\n    secretKeyRef: {{name: pg, key: url}}\n"
+    ));
+    let obj = wait_json(&c, &["pgapp", "app"], "the object Ready", ready);
+    let exists = |r: &str| {
+        integration_tests::postgres::psql_value(&format!("SELECT count(*) FROM pg_roles WHERE rolname = '{r}'"))
+    };
+    assert_eq!(exists(&role), "1", "the role was made: {obj:#}");
+    for (what, text) in [
+        ("status", obj["status"].to_string()),
+        ("events", c.kubectl.ok(&["get", "events", "-A", "-o", "json"])),
+        ("log", c.log("r")),
+    ] {
+        assert!(
+            !text.contains("url-pw-do-not-show"),
+            "the {what} shows the URL's password"
+        );
+    }
+    c.kubectl
+        .ok(&["delete", "pgapp", "app", "--wait=true", "--timeout=60s"]);
+    assert!(
+        wait_until(Duration::from_secs(30), || exists(&role) == "0"),
+        "deleting the object dropped the role"
+    );
+}
