@@ -572,6 +572,7 @@ mod tests {
                 forces_replace: false,
                 sensitive: false,
             }],
+            refused: false,
         }
     }
 

@@ -95,6 +95,9 @@ pub struct StepReport {
     /// Why it failed or was skipped, with the workflow location where there is one.
     pub error: Option<String>,
     pub changes: Vec<AttrChange>,
+    /// The step failed because its provider refused it (bad provider settings, a provider
+    /// disabled here, a value it cannot take): trying again unchanged cannot help.
+    pub refused: bool,
 }
 
 /// The result of a plan, apply or delete.

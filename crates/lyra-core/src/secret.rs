@@ -257,6 +257,7 @@ mod tests {
                     sensitive: false,
                 },
             ],
+            refused: false,
         };
         s.redact_step(&mut step);
         assert_eq!(step.error.as_deref(), Some("cannot set (sensitive)"));

@@ -45,6 +45,9 @@ pub enum Reason {
     ApplyFailed,
     DeleteFailed,
     StepFailed,
+    /// Every failed step was refused by its provider (bad provider settings, a provider this
+    /// controller disables, a value it cannot take): stalled until the spec changes.
+    ProviderRefused,
     // Registration (WorkflowDefinition).
     /// The generated kind is served.
     Registered,
@@ -89,6 +92,7 @@ impl Reason {
             Reason::ApplyFailed => "ApplyFailed",
             Reason::DeleteFailed => "DeleteFailed",
             Reason::StepFailed => "StepFailed",
+            Reason::ProviderRefused => "ProviderRefused",
             Reason::Registered => "Registered",
             Reason::WaitingForInstances => "WaitingForInstances",
             Reason::KindTaken => "KindTaken",
@@ -113,6 +117,7 @@ impl Reason {
             | Reason::WorkflowUnreadable
             | Reason::KindTaken
             | Reason::BreakingChange
+            | Reason::ProviderRefused
             | Reason::InvalidPackage => Some(ErrorClass::Terminal),
             Reason::StateUnavailable
             | Reason::Interrupted
@@ -200,7 +205,7 @@ pub fn classify(e: &EngineError) -> ErrorClass {
 mod tests {
     use super::*;
 
-    const ALL: [Reason; 24] = [
+    const ALL: [Reason; 25] = [
         Reason::Progressing,
         Reason::Applying,
         Reason::Applied,
@@ -225,6 +230,7 @@ mod tests {
         Reason::ApplyFailed,
         Reason::DeleteFailed,
         Reason::StepFailed,
+        Reason::ProviderRefused,
     ];
 
     #[test]
@@ -242,7 +248,8 @@ mod tests {
     #[test]
     fn input_problems_are_terminal_and_progress_is_no_failure() {
         for r in ALL {
-            let input = r.as_str().starts_with("Invalid") || r.as_str().starts_with("Workflow");
+            let input =
+                r.as_str().starts_with("Invalid") || r.as_str().starts_with("Workflow") || r == Reason::ProviderRefused;
             assert_eq!(r.class() == Some(ErrorClass::Terminal), input, "{r}");
         }
         for r in [Reason::Applied, Reason::Locked, Reason::Created, Reason::Suspended] {

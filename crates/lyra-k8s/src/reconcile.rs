@@ -19,7 +19,7 @@ use lyra_core::engine::{Engine, EngineError, Quiet};
 use lyra_core::model::ParamSource;
 use lyra_core::program::Program;
 use lyra_core::provider::Providers;
-use lyra_core::report::{Action, Report, Status};
+use lyra_core::report::{Action, Report, Status, StepReport};
 use lyra_core::secret::Secrets;
 use lyra_core::state::{Outcome, Recorder, StoreError, StoreErrorKind};
 use lyra_core::value::{Map, Value};
@@ -641,7 +641,15 @@ impl Runtime {
                 .await;
         }
         let message = status::first_failure(&report).unwrap_or_else(|| "the apply failed".to_owned());
-        self.fail(job, t, Failure::new(Reason::ApplyFailed, message), Phase::Failed, true)
+        // Only refusals (bad settings, a disabled provider, a value it cannot take): the
+        // same input fails the same way, so wait for a change instead of retrying.
+        let failed: Vec<&StepReport> = report.steps.iter().filter(|s| s.status == Status::Failed).collect();
+        let reason = if !failed.is_empty() && failed.iter().all(|s| s.refused) {
+            Reason::ProviderRefused
+        } else {
+            Reason::ApplyFailed
+        };
+        self.fail(job, t, Failure::new(reason, message), Phase::Failed, true)
             .await
     }
 

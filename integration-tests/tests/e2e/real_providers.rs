@@ -621,6 +621,16 @@ fn the_controller_runs_no_command_and_writes_no_file_outside_its_root() {
     assert!(errors["escape"].contains("'..'"), "{errors:#?}");
     assert!(errors["absolute"].contains("is absolute"), "{errors:#?}");
     assert!(!errors.contains_key("inside"), "{errors:#?}");
+    // Refusals only: the same input would fail the same way, so it waits for a change.
+    let wf = cluster.wait_until_status("hostile", Duration::from_secs(30), |wf| {
+        condition_is(wf, "Stalled", "True")
+    });
+    let stalled = wf["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Stalled"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(stalled["reason"], "ProviderRefused", "{wf:#}");
     assert!(!marker.exists(), "no command ran");
     assert!(!outside.exists(), "nothing was written outside the files root");
     assert_eq!(

@@ -210,5 +210,6 @@ fn deletion_report(
         duration,
         error,
         changes: vec![],
+        refused: false,
     }
 }

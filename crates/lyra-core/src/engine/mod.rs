@@ -31,7 +31,7 @@ use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::expr::Var;
 use crate::model::{ParamSource, Step, StepKind};
 use crate::program::Program;
-use crate::provider::Providers;
+use crate::provider::{ProviderError, Providers};
 use crate::report::{Action, Mode, Report, Status, StepReport};
 use crate::secret::{Secrets, masked};
 use crate::state::{
@@ -651,6 +651,7 @@ impl<'e, 'a> Run<'e, 'a> {
             duration: started.elapsed(),
             error,
             changes: vec![],
+            refused: false,
         });
     }
 
@@ -672,6 +673,13 @@ impl<'e, 'a> Run<'e, 'a> {
         } else {
             self.claim_subtree(at.id);
         }
+        let refused = matches!(
+            &e,
+            StepError::Provider {
+                source: ProviderError::Config(_) | ProviderError::InvalidValue { .. },
+                ..
+            }
+        );
         self.report(StepReport {
             id: at.id.to_owned(),
             type_name,
@@ -681,6 +689,7 @@ impl<'e, 'a> Run<'e, 'a> {
             duration: at.started.elapsed(),
             error: Some(e.to_string()),
             changes: vec![],
+            refused,
         });
         Done::Failed
     }
@@ -701,6 +710,7 @@ impl<'e, 'a> Run<'e, 'a> {
             duration: Duration::ZERO,
             error: Some(why.to_owned()),
             changes: vec![],
+            refused: false,
         });
         Done::Skipped
     }

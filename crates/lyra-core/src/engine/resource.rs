@@ -698,6 +698,7 @@ impl Run<'_, '_> {
             duration: at.started.elapsed(),
             error: None,
             changes,
+            refused: false,
         });
         Done::Ok(returns)
     }

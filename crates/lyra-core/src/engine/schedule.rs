@@ -60,6 +60,7 @@ impl Run<'_, '_> {
                         duration: started.elapsed(),
                         error: None,
                         changes: vec![],
+                        refused: false,
                     });
                     return Done::Ok(undefined_returns(step));
                 }

@@ -661,8 +661,11 @@ async fn step_errors_in_an_inline_workflow_name_the_field() {
         name: "inline".into(),
         body: json!({"steps": {"wait": {"resource": "Time::Sleep", "value": {"create_duration": "soon"}}}}),
     });
-    assert!(rt.apply(&j, None, &r).await.is_err());
+    // The provider refuses the value: the same input would fail again, so it stalls.
+    rt.apply(&j, None, &r).await.unwrap();
     let s = r.last();
+    assert!(is_true(&s, STALLED), "{s:?}");
+    assert!(r.reasons().contains(&"ProviderRefused".to_owned()), "{:?}", r.reasons());
     let error = s.steps[0].last_error.clone().unwrap();
     assert!(
         error.starts_with("spec.workflow.steps.wait: Time::Sleep: ") && !error.contains("ns/inline"),

@@ -98,6 +98,7 @@ fn step(id: &str, action: Action, status: Status, error: Option<&str>) -> StepRe
         duration: std::time::Duration::ZERO,
         error: error.map(str::to_owned),
         changes: vec![],
+        refused: false,
     }
 }
 
