@@ -1,0 +1,215 @@
+//! An example provider plugin: `Example::Thing`, kept in a JSON file.
+//!
+//! Configuration: `Example: {file: <path>}`, the JSON file holding the records (an object
+//! from id to record). A thing's `name` is its natural key, so `lookup` finds a thing made by
+//! a create whose result was lost. A change of `value` between a JSON object and anything
+//! else forces a replace (to exercise `replace_reasons`).
+#![allow(clippy::print_stderr)]
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use lyra_core::provider::{Created, Lookup, OpContext, Provider, ProviderError};
+use lyra_core::schema::{AttributeSchema, ResourceSchema};
+use lyra_core::types::Type;
+use lyra_core::value::{Map, Value};
+use tokio::sync::Mutex;
+
+const THING: &str = "Example::Thing";
+
+#[derive(Default)]
+struct Example {
+    /// Serialises access to the file.
+    lock: Mutex<()>,
+}
+
+fn file(cx: &OpContext<'_>) -> Result<PathBuf, ProviderError> {
+    match cx.config.get("file") {
+        Some(Value::String(f)) if !f.is_empty() => Ok(PathBuf::from(f)),
+        _ => Err(ProviderError::Config("`file` (a path) is required".to_owned())),
+    }
+}
+
+async fn load(path: &PathBuf) -> Result<Map, ProviderError> {
+    match tokio::fs::read(path).await {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map_err(|e| ProviderError::Other(format!("{}: {e}", path.display())))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Map::new()),
+        Err(e) => Err(ProviderError::Other(format!("{}: {e}", path.display()))),
+    }
+}
+
+async fn save(path: &PathBuf, records: &Map) -> Result<(), ProviderError> {
+    let bytes = serde_json::to_vec_pretty(records).map_err(ProviderError::other)?;
+    let tmp = path.with_extension("tmp");
+    tokio::fs::write(&tmp, bytes)
+        .await
+        .map_err(|e| ProviderError::Other(format!("{}: {e}", tmp.display())))?;
+    tokio::fs::rename(&tmp, path)
+        .await
+        .map_err(|e| ProviderError::Other(format!("{}: {e}", path.display())))
+}
+
+fn name(desired: &Map) -> Result<&str, ProviderError> {
+    match desired.get("name") {
+        Some(Value::String(n)) if !n.is_empty() => Ok(n),
+        _ => Err(ProviderError::InvalidValue {
+            attribute: "name".to_owned(),
+            message: "a non-empty string is required".to_owned(),
+        }),
+    }
+}
+
+fn record(id: &str, name: &str, value: Option<&Value>) -> Map {
+    let mut m = Map::new();
+    m.insert("name".to_owned(), Value::String(name.to_owned()));
+    m.insert("value".to_owned(), value.cloned().unwrap_or(Value::Null));
+    m.insert("id".to_owned(), Value::String(id.to_owned()));
+    m
+}
+
+fn find_by_name(records: &Map, name: &str) -> Option<Created> {
+    records.iter().find_map(|(id, r)| {
+        let r = r.as_object()?;
+        (r.get("name").and_then(Value::as_str) == Some(name)).then(|| Created {
+            external_id: id.clone(),
+            actual: r.clone(),
+        })
+    })
+}
+
+#[async_trait]
+impl Provider for Example {
+    fn schemas(&self) -> Vec<ResourceSchema> {
+        vec![
+            ResourceSchema::new(
+                THING,
+                vec![
+                    AttributeSchema::new("name", Type::String)
+                        .required()
+                        .immutable()
+                        .doc("The thing's name: unique, its natural key."),
+                    AttributeSchema::new("value", Type::Any).doc("Anything."),
+                    AttributeSchema::new("id", Type::String)
+                        .computed()
+                        .doc("The id the provider gave it."),
+                ],
+            )
+            .doc("A record in a JSON file."),
+        ]
+    }
+
+    fn config_schemas(&self) -> Vec<ResourceSchema> {
+        vec![
+            ResourceSchema::new(
+                "Example",
+                vec![
+                    AttributeSchema::new("file", Type::String)
+                        .required()
+                        .doc("The JSON file holding the records."),
+                ],
+            )
+            .doc("The example plugin's settings."),
+        ]
+    }
+
+    fn replace_reasons(&self, _type_name: &str, desired: &Map, actual: &Map) -> Vec<String> {
+        let is_object = |m: &Map| m.get("value").is_some_and(Value::is_object);
+        if is_object(desired) == is_object(actual) {
+            Vec::new()
+        } else {
+            vec!["value".to_owned()]
+        }
+    }
+
+    async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
+        let path = file(cx)?;
+        let name = name(desired)?;
+        let _guard = self.lock.lock().await;
+        let mut records = load(&path).await?;
+        if let Some(existing) = find_by_name(&records, name) {
+            return Ok(existing);
+        }
+        let mut n = records.len() + 1;
+        while records.contains_key(&format!("thing-{n}")) {
+            n += 1;
+        }
+        let id = format!("thing-{n}");
+        let actual = record(&id, name, desired.get("value"));
+        records.insert(id.clone(), Value::Object(actual.clone()));
+        save(&path, &records).await?;
+        eprintln!("created {id} ({name})");
+        Ok(Created {
+            external_id: id,
+            actual,
+        })
+    }
+
+    async fn read(
+        &self,
+        cx: &OpContext<'_>,
+        external_id: &str,
+        _prior: Option<&Map>,
+    ) -> Result<Option<Map>, ProviderError> {
+        let path = file(cx)?;
+        let _guard = self.lock.lock().await;
+        let records = load(&path).await?;
+        Ok(records.get(external_id).and_then(Value::as_object).cloned())
+    }
+
+    async fn update(
+        &self,
+        cx: &OpContext<'_>,
+        external_id: &str,
+        desired: &Map,
+        _prior: &Map,
+    ) -> Result<Map, ProviderError> {
+        let path = file(cx)?;
+        let name = name(desired)?;
+        let _guard = self.lock.lock().await;
+        let mut records = load(&path).await?;
+        let Some(Value::Object(current)) = records.get(external_id) else {
+            return Err(ProviderError::NotFound {
+                type_name: THING.to_owned(),
+                external_id: external_id.to_owned(),
+            });
+        };
+        if current.get("name").and_then(Value::as_str) != Some(name) {
+            return Err(ProviderError::InvalidValue {
+                attribute: "name".to_owned(),
+                message: "immutable: cannot change in place".to_owned(),
+            });
+        }
+        let actual = record(external_id, name, desired.get("value"));
+        records.insert(external_id.to_owned(), Value::Object(actual.clone()));
+        save(&path, &records).await?;
+        Ok(actual)
+    }
+
+    async fn delete(&self, cx: &OpContext<'_>, external_id: &str, _prior: &Map) -> Result<(), ProviderError> {
+        let path = file(cx)?;
+        let _guard = self.lock.lock().await;
+        let mut records = load(&path).await?;
+        if records.remove(external_id).is_some() {
+            save(&path, &records).await?;
+        }
+        Ok(())
+    }
+
+    async fn lookup(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Lookup, ProviderError> {
+        let path = file(cx)?;
+        let name = name(desired)?;
+        let _guard = self.lock.lock().await;
+        let records = load(&path).await?;
+        Ok(find_by_name(&records, name).map_or(Lookup::Absent, Lookup::Found))
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = lyra_plugin::serve(Example::default()).await {
+        eprintln!("lyra-provider-example: {e}");
+        std::process::exit(1);
+    }
+}

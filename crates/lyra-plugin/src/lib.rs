@@ -1,0 +1,43 @@
+//! Lyra's provider plugin protocol.
+//!
+//! A provider plugin is an executable named `lyra-provider-<name>` that serves the gRPC
+//! service of `proto/lyra/plugin/v1/provider.proto` over a Unix socket. Lyra (the host)
+//! starts it with stdin, stdout and stderr piped; the plugin creates its socket in a fresh
+//! private directory and writes one handshake line to stdout:
+//!
+//! ```text
+//! lyra-plugin|1|unix|/tmp/lyra-plugin-XXXX/provider.sock
+//! ```
+//!
+//! (`lyra-plugin`, the protocol version [`PROTOCOL_VERSION`], the transport `unix`, the
+//! socket's path). The host then speaks gRPC on the socket. The plugin exits when its stdin
+//! reaches end of file, which happens when the host closes it or dies, or on SIGTERM. Its
+//! stderr is its log: the host forwards it line by line to `tracing`.
+//!
+//! Values travel as JSON text. Failures a provider means travel in each response's `error`
+//! field and come back as the same [`ProviderError`](lyra_core::provider::ProviderError)
+//! variants; transport failures (a crashed plugin) become `ProviderError::Other` naming the
+//! plugin, so they fail only the steps that use it.
+//!
+//! - Plugins (server side): [`serve`].
+//! - The host (client side): [`PluginProvider`], [`discover`].
+
+mod convert;
+mod host;
+mod server;
+
+pub use host::{PluginError, PluginProvider, discover};
+pub use server::{ServeError, serve};
+
+/// The generated messages, client and server of `lyra.plugin.v1`.
+#[allow(clippy::all, clippy::pedantic, unused_qualifications, rust_2018_idioms, missing_docs)]
+pub mod proto {
+    tonic::include_proto!("lyra.plugin.v1");
+}
+
+/// The first field of the handshake line.
+pub const HANDSHAKE_MAGIC: &str = "lyra-plugin";
+/// The protocol version this crate speaks: the handshake line's second field.
+pub const PROTOCOL_VERSION: &str = "1";
+/// The prefix of executables that are provider plugins.
+pub const EXECUTABLE_PREFIX: &str = "lyra-provider-";
