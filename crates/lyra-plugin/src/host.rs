@@ -80,6 +80,13 @@ fn tail(lines: &[String]) -> String {
 }
 
 /// A running provider plugin, used as a [`Provider`]. Dropping it kills the process.
+///
+/// Each operation is one RPC. A failure the plugin means comes back as the same
+/// [`ProviderError`] variant; a transport failure (the plugin crashed or hung up) as
+/// [`ProviderError::Other`] naming the plugin. When the operation's [`OpContext::cancel`] is
+/// set, the request is dropped (the plugin drops the operation) and the operation returns
+/// [`ProviderError::Cancelled`]. The engine's step `timeout:` works the same way, by dropping
+/// the future.
 pub struct PluginProvider {
     path: PathBuf,
     socket: PathBuf,

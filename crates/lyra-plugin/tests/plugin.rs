@@ -308,3 +308,94 @@ fn discover_finds_executables_by_prefix() {
     let found = discover(&[a.path().to_path_buf(), b.path().join("missing"), b.path().to_path_buf()]);
     assert_eq!(found, vec![("one".to_owned(), one), ("two".to_owned(), two)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_drops_the_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = PluginProvider::start(Path::new(EXAMPLE), TIMEOUT).await.unwrap();
+    let delay = plugin.config_schemas()[0].attribute("delay").unwrap().ty.to_string();
+    assert_eq!(delay, "Optional[Integer]");
+    let file = dir.path().join("things.json");
+    let config = map(json!({"file": file.to_str().unwrap(), "delay": 2500}));
+    let cancel = AtomicBool::new(false);
+    let cx = OpContext {
+        deployment: "d",
+        step_id: "s",
+        type_name: "Example::Thing",
+        idempotency_key: Some("k"),
+        config: &config,
+        cancel: &cancel,
+    };
+    let started = std::time::Instant::now();
+    let desired = map(json!({"name": "slow"}));
+    let create = plugin.create(&cx, &desired);
+    let cancel_soon = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let (result, ()) = tokio::join!(create, cancel_soon);
+    assert!(matches!(result, Err(ProviderError::Cancelled)), "{result:?}");
+    assert!(started.elapsed() < Duration::from_millis(2000));
+    // The plugin dropped the operation: it never made the thing.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert!(!file.exists());
+    // And it still serves.
+    let quick = map(json!({"file": file.to_str().unwrap()}));
+    let cx = OpContext {
+        config: &quick,
+        cancel: &AtomicBool::new(false),
+        ..cx
+    };
+    assert_eq!(plugin.create(&cx, &desired).await.unwrap().external_id, "thing-1");
+}
+
+/// Runs the example directly: returns the child once its handshake is read.
+fn spawn_example() -> (std::process::Child, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(EXAMPLE)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
+fn wait_exit(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    None
+}
+
+#[test]
+fn the_plugin_exits_when_stdin_closes() {
+    let (mut child, line) = spawn_example();
+    assert!(line.starts_with("lyra-plugin|1|unix|/"), "{line}");
+    let socket = PathBuf::from(line.trim_end().rsplit('|').next().unwrap());
+    assert!(socket.exists());
+    drop(child.stdin.take());
+    let status = wait_exit(&mut child).expect("exits at EOF on stdin");
+    assert!(status.success(), "{status}");
+    // Its socket directory is removed.
+    assert!(!socket.exists());
+}
+
+#[test]
+fn the_plugin_exits_on_sigterm() {
+    let (mut child, _) = spawn_example();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = wait_exit(&mut child).expect("exits on SIGTERM");
+    assert!(status.success(), "{status}");
+}

@@ -3,7 +3,8 @@
 //! Configuration: `Example: {file: <path>}`, the JSON file holding the records (an object
 //! from id to record). A thing's `name` is its natural key, so `lookup` finds a thing made by
 //! a create whose result was lost. A change of `value` between a JSON object and anything
-//! else forces a replace (to exercise `replace_reasons`).
+//! else forces a replace (to exercise `replace_reasons`). `delay` (milliseconds) makes each
+//! create wait that long first: a slow operation, to exercise cancellation.
 #![allow(clippy::print_stderr)]
 
 use std::path::PathBuf;
@@ -108,6 +109,8 @@ impl Provider for Example {
                     AttributeSchema::new("file", Type::String)
                         .required()
                         .doc("The JSON file holding the records."),
+                    AttributeSchema::new("delay", Type::parse("Optional[Integer]").unwrap_or(Type::Any))
+                        .doc("Milliseconds each create waits first."),
                 ],
             )
             .doc("The example plugin's settings."),
@@ -126,6 +129,9 @@ impl Provider for Example {
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
         let path = file(cx)?;
         let name = name(desired)?;
+        if let Some(ms) = cx.config.get("delay").and_then(Value::as_u64) {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         let _guard = self.lock.lock().await;
         let mut records = load(&path).await?;
         if let Some(existing) = find_by_name(&records, name) {
