@@ -62,6 +62,14 @@ pub fn controller_bin() -> PathBuf {
         .clone()
 }
 
+/// The example provider plugin (`lyra-plugin`'s `lyra-provider-example`): `$LYRA_EXAMPLE_PLUGIN_BIN`,
+/// else found like `lyra`.
+pub fn example_plugin_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| workspace_bin("lyra-provider-example", "LYRA_EXAMPLE_PLUGIN_BIN", "lyra-plugin"))
+        .clone()
+}
+
 /// A binary of this workspace, built beforehand: `$env` if set, else beside the test
 /// executable's profile directory, else `<workspace>/target/debug/`.
 fn workspace_bin(name: &str, env: &str, package: &str) -> PathBuf {

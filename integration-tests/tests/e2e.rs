@@ -52,6 +52,7 @@ mod e2e {
     mod load_path;
     mod packages;
     mod parallel;
+    mod plugins;
     mod postgres;
     mod provider_examples;
     mod rbac;

@@ -33,6 +33,18 @@ pub struct Cli {
     /// Output format: `json` prints exactly one JSON document on stdout, errors included.
     #[arg(short, long, global = true, value_enum, default_value_t)]
     pub output: Output,
+    /// Where provider plugins (`lyra-provider-<name>` executables) are found, besides the
+    /// `plugins` directory next to the load path (`./plugins` for `./workflows`); repeatable,
+    /// or `:`-separated in LYRA_PLUGIN_PATH. Each is started and its types are served like
+    /// the built-in ones; one that cannot start is named in a warning and left out.
+    #[arg(
+        long = "plugins",
+        global = true,
+        env = "LYRA_PLUGIN_PATH",
+        value_delimiter = ':',
+        value_name = "DIR"
+    )]
+    pub plugins: Vec<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

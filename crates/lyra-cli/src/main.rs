@@ -15,6 +15,7 @@ mod state_cmd;
 mod transfer;
 
 use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,8 +116,9 @@ fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
 
 async fn run(cli: Cli) -> Result<(), Exit> {
     let out = cli.output;
+    let _ = PLUGIN_DIRS.set(cli.plugins.clone());
     match cli.command {
-        Command::Providers(a) => providers_cmd::providers(&a, out),
+        Command::Providers(a) => providers_cmd::providers(&a, out).await,
         Command::Validate(a) => validate(&a, out).await,
         Command::Plan(a) => plan_or_apply(&a, false, out).await,
         Command::Apply(a) => plan_or_apply(&a, true, out).await,
@@ -146,6 +148,22 @@ async fn run(cli: Cli) -> Result<(), Exit> {
 
 /// Writes to stderr. Messages for people are not worth failing (or panicking) over: a closed
 /// or full stderr must not stop an apply half-way.
+/// `--plugins` / `LYRA_PLUGIN_PATH`, set once at start.
+static PLUGIN_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
+/// The built-in providers (as `config` sets them) and the plugins on the plugin path, whose
+/// `plugins` directory is beside the load path `workflows`. Plugins that cannot start are
+/// named in warnings on stderr.
+pub async fn providers_with_plugins(config: &ProvidersConfig, workflows: Option<&Path>) -> Providers {
+    let mut providers = builtin(config);
+    let dirs = PLUGIN_DIRS.get().map_or(&[][..], Vec::as_slice);
+    let path = lyra_providers::plugins::plugin_path(dirs, workflows);
+    for w in lyra_providers::plugins::load_plugins(&mut providers, &path).await {
+        warn(&format!("warning: {w}\n"));
+    }
+    providers
+}
+
 pub fn warn(s: &str) {
     let _ = std::io::stderr().lock().write_all(s.as_bytes());
 }
@@ -174,7 +192,7 @@ pub fn json(v: &impl serde::Serialize) -> Result<(), Exit> {
 }
 
 async fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig::default());
+    let providers = providers_with_plugins(&ProvidersConfig::default(), a.workflows.as_deref()).await;
     let target = load::locate_target(a).await?;
     let mut sources = Sources::default();
     let result = load::parse_target(&target, providers.schemas(), &mut sources)?;
@@ -367,10 +385,14 @@ fn fenced(e: &StoreError) -> bool {
 }
 
 async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig {
-        foobernetes_file: a.exec.foobernetes_file.clone(),
-        ..ProvidersConfig::default()
-    });
+    let providers = providers_with_plugins(
+        &ProvidersConfig {
+            foobernetes_file: a.exec.foobernetes_file.clone(),
+            ..ProvidersConfig::default()
+        },
+        a.workflow.workflows.as_deref(),
+    )
+    .await;
     let target = load::locate_target(&a.workflow).await?;
     if a.name.is_none() {
         // A workflow file named anyhow names its deployment: the name rule holds for it too.
@@ -434,10 +456,14 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
 }
 
 async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig {
-        foobernetes_file: a.exec.foobernetes_file.clone(),
-        ..ProvidersConfig::default()
-    });
+    let providers = providers_with_plugins(
+        &ProvidersConfig {
+            foobernetes_file: a.exec.foobernetes_file.clone(),
+            ..ProvidersConfig::default()
+        },
+        None,
+    )
+    .await;
     let url = a.state.state.as_deref();
     let store = open_existing(url).await?;
     // Deleting a deployment that is not recorded is a mistake to report (a typo), not a
@@ -483,7 +509,7 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
 }
 
 async fn graph(a: &args::GraphArgs, out: Output) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig::default());
+    let providers = providers_with_plugins(&ProvidersConfig::default(), a.workflow.workflows.as_deref()).await;
     let target = load::locate_target(&a.workflow).await?;
     let mut sources = Sources::default();
     let program = load::load_target(&target, providers.schemas(), &mut sources)?;

@@ -2,7 +2,7 @@
 //! validation uses (required, provided, computed, immutable, sensitive).
 
 use lyra_core::schema::{AttributeSchema, ResourceSchema, SchemaRegistry};
-use lyra_providers::{ProvidersConfig, builtin};
+use lyra_providers::ProvidersConfig;
 use serde::Serialize;
 
 use crate::args::{Output, ProvidersArgs};
@@ -127,8 +127,8 @@ fn text(title: &str, s: &ResourceSchema) -> String {
     out
 }
 
-pub fn providers(a: &ProvidersArgs, out: Output) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig::default());
+pub async fn providers(a: &ProvidersArgs, out: Output) -> Result<(), Exit> {
+    let providers = crate::providers_with_plugins(&ProvidersConfig::default(), None).await;
     let schemas = providers.schemas();
     let (types, settings) = selected(schemas, a.name.as_deref());
     if types.is_empty() && settings.is_empty() {

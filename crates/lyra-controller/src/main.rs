@@ -58,6 +58,16 @@ struct Args {
     /// cannot write the controller's own files.
     #[arg(long, env = "LYRA_FILES_ROOT", default_value = "files", value_name = "DIR")]
     files_root: PathBuf,
+    /// Where provider plugins (`lyra-provider-<name>` executables) are found, besides the
+    /// `plugins` directory next to --workflows; repeatable, or `:`-separated. Each is started
+    /// once and serves every run; one that cannot start is logged and left out.
+    #[arg(
+        long = "plugins",
+        env = "LYRA_PLUGIN_PATH",
+        value_delimiter = ':',
+        value_name = "DIR"
+    )]
+    plugins: Vec<PathBuf>,
     /// Let `Exec::Command` run commands. Off by default: whoever can create a Workflow object
     /// would run any command as the controller.
     #[arg(long, env = "LYRA_ALLOW_EXEC")]
@@ -176,13 +186,18 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = lyra_state::open(&args.state)
         .await
         .with_context(|| format!("opening the state {}", lyra_state::redact_url(&args.state)))?;
-    let providers = Arc::new(builtin(&ProvidersConfig {
+    let mut providers = builtin(&ProvidersConfig {
         foobernetes_file: args.foobernetes_file.clone(),
         files_root: Some(args.files_root.clone()),
         allow_exec: args.allow_exec,
         kubernetes_owner_labels: Some(lyra_k8s::reconcile::owner_labels),
         kubernetes_tenancy: (!args.kubernetes_any_namespace).then_some(lyra_k8s::reconcile::owner_namespace as _),
-    }));
+    });
+    let plugin_path = lyra_providers::plugins::plugin_path(&args.plugins, Some(&args.workflows));
+    for w in lyra_providers::plugins::load_plugins(&mut providers, &plugin_path).await {
+        tracing::warn!("{w}");
+    }
+    let providers = Arc::new(providers);
     let metrics = Arc::new(Metrics::new());
     let mut settings = Settings::new(&args.workflows);
     settings.concurrency = args.step_concurrency as usize;

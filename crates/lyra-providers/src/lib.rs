@@ -31,6 +31,7 @@ pub mod foobernetes;
 pub mod http;
 pub mod kubernetes;
 pub mod null;
+pub mod plugins;
 pub mod postgres;
 pub mod random;
 pub mod time;
