@@ -1,5 +1,5 @@
 //! The test tools `.ci/tools` installs outside the checkout (helm 3 and 4 from npm,
-//! kubernetes-validate and yamllint from PyPI): found in `$LYRA_TOOLS/bin`, default
+//! kubernetes-validate, yamllint, grpcio and grpcio-tools from PyPI): found in `$LYRA_TOOLS/bin`, default
 //! `~/.cache/lyra-ci/bin`. A missing tool skips the test with a message, except under
 //! `CI=true`, where it fails it.
 
@@ -17,7 +17,8 @@ pub fn tools_dir() -> PathBuf {
     cache.join("lyra-ci").join("bin")
 }
 
-/// The tool `name` (`helm3`, `helm4`, `kubernetes-validate`, `yamllint`), or `None` after
+/// The tool `name` (`helm3`, `helm4`, `kubernetes-validate`, `yamllint`, `python-grpc`: a
+/// Python with grpcio and grpcio-tools), or `None` after
 /// saying why the test `test` is skipped.
 pub fn tool_or_skip(test: &str, name: &str) -> Option<PathBuf> {
     let path = tools_dir().join(name);

@@ -88,3 +88,81 @@ fn the_controller_runs_workflows_through_a_plugin() {
     });
     assert!(emptied, "the cleanup deleted the thing through the plugin");
 }
+
+/// A plugin in another language: `integration-tests/plugins/lyra-provider-pynotes`, Python
+/// with grpcio, its stubs made from the `.proto` by grpcio-tools' protoc (both installed by
+/// `.ci/tools`). Applied, re-applied with no change, updated, validated against its schema and
+/// deleted from the CLI; then a Workflow through the controller.
+#[test]
+fn a_python_plugin_serves_the_cli_and_the_controller() {
+    let Some(python) = integration_tests::tools::tool_or_skip("a_python_plugin", "python-grpc") else {
+        return;
+    };
+    let cluster = cluster_or_skip!();
+    let lyra = &cluster.lyra;
+    // The stubs, from the contract itself.
+    let stubs = lyra.path("py-stubs");
+    std::fs::create_dir_all(&stubs).expect("stubs dir");
+    let proto = integration_tests::workspace_dir().join("crates/lyra-plugin/proto");
+    let status = std::process::Command::new(&python)
+        .args(["-m", "grpc_tools.protoc", "-I"])
+        .arg(&proto)
+        .arg(format!("--python_out={}", stubs.display()))
+        .arg(format!("--grpc_python_out={}", stubs.display()))
+        .arg("lyra/plugin/v1/provider.proto")
+        .status()
+        .expect("run grpc_tools.protoc");
+    assert!(status.success(), "protoc made the Python stubs");
+    let script = integration_tests::workspace_dir().join("integration-tests/plugins/lyra-provider-pynotes");
+    lyra.write(
+        "plugins/lyra-provider-pynotes",
+        format!(
+            "#!/bin/sh\nLYRA_PY_STUBS='{}' exec '{}' '{}' \"$@\"\n",
+            stubs.display(),
+            python.display(),
+            script.display()
+        ),
+    );
+    std::process::Command::new("chmod")
+        .args(["+x", lyra.path("plugins/lyra-provider-pynotes").to_str().unwrap()])
+        .status()
+        .expect("chmod");
+    let notes = lyra.path("notes.json");
+    let workflow = format!(
+        "providers:\n  Pynotes: {{file: '{}'}}\nsteps:\n  hello:\n    resource: Pynotes::Note\n    value: {{title: hello, text: TEXT}}\n",
+        notes.display()
+    );
+    lyra.write_workflow("notes", &workflow.replace("TEXT", "hi"));
+    let first = lyra.ok_json(&["apply", "notes"]);
+    assert_eq!(first["counts"]["created"], 1, "{first:#}");
+    let again = lyra.ok_json(&["apply", "notes"]);
+    assert_eq!(again["counts"]["unchanged"], 1, "{again:#}");
+    lyra.write_workflow("notes", &workflow.replace("TEXT", "hello there"));
+    let update = lyra.ok_json(&["apply", "notes"]);
+    assert_eq!(update["counts"]["updated"], 1, "{update:#}");
+    let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&notes).unwrap()).unwrap();
+    assert_eq!(stored["note-hello"]["text"], "hello there", "{stored}");
+    // Validation uses the plugin's schema.
+    lyra.write_workflow("nonote", &workflow.replace("title: hello, ", ""));
+    let bad = lyra.run(&["validate", "nonote"]);
+    bad.expect_code(1);
+    assert!(
+        bad.stderr
+            .contains("does not set 'title', which Pynotes::Note requires"),
+        "{bad}"
+    );
+    lyra.ok(&["delete", "notes"]);
+    let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&notes).unwrap()).unwrap();
+    assert_eq!(stored, serde_json::json!({}));
+
+    // The controller, with the same plugin directory.
+    let dir = lyra.path("plugins");
+    let _controller = cluster.controller("c1", &["--plugins", dir.to_str().expect("utf-8 path")]);
+    cluster.apply(&format!(
+        "apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: notes\n  namespace: default\nspec:\n  workflow:\n    providers:\n      Pynotes:\n        file: {}\n    steps:\n      k8s:\n        resource: Pynotes::Note\n        value:\n          title: from-k8s\n",
+        notes.display()
+    ));
+    cluster.wait_for("notes", "condition=Ready", "60s");
+    let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&notes).unwrap()).unwrap();
+    assert_eq!(stored["note-from-k8s"]["title"], "from-k8s", "{stored}");
+}
