@@ -146,8 +146,6 @@ async fn run(cli: Cli) -> Result<(), Exit> {
     }
 }
 
-/// Writes to stderr. Messages for people are not worth failing (or panicking) over: a closed
-/// or full stderr must not stop an apply half-way.
 /// `--plugins` / `LYRA_PLUGIN_PATH`, set once at start.
 static PLUGIN_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
 
@@ -164,6 +162,8 @@ pub async fn providers_with_plugins(config: &ProvidersConfig, workflows: Option<
     providers
 }
 
+/// Writes to stderr. Messages for people are not worth failing (or panicking) over: a closed
+/// or full stderr must not stop an apply half-way.
 pub fn warn(s: &str) {
     let _ = std::io::stderr().lock().write_all(s.as_bytes());
 }
