@@ -124,7 +124,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         Command::Apply(a) => plan_or_apply(&a, true, out).await,
         Command::Delete(a) => delete(&a, out).await,
         Command::Graph(a) => graph(&a, out).await,
-        Command::Package(a) => package_cmd::package(&a, out),
+        Command::Package(a) => package_cmd::package(&a, out).await,
         Command::Push(a) => package_cmd::push(&a, out).await,
         Command::Pull(a) => package_cmd::pull(&a, out).await,
         Command::Inspect(a) => package_cmd::inspect(&a, out).await,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use lyra_core::diag::Sources;
 use lyra_package::{BuildOptions, Package, Reference};
-use lyra_providers::{ProvidersConfig, builtin};
+use lyra_providers::ProvidersConfig;
 use serde_json::json;
 
 use crate::args::{InspectArgs, Output, PackageArgs, PullArgs, PushArgs};
@@ -17,8 +17,9 @@ fn default_out(name: &str, version: &str) -> PathBuf {
     PathBuf::from(format!("{}-{version}.tar", name.replace("::", "-")))
 }
 
-pub fn package(a: &PackageArgs, out: Output) -> Result<(), Exit> {
-    let providers = builtin(&ProvidersConfig::default());
+pub async fn package(a: &PackageArgs, out: Output) -> Result<(), Exit> {
+    // A workflow may use plugins' types: they are known as they are to `validate`.
+    let providers = crate::providers_with_plugins(&ProvidersConfig::default(), a.workflows.as_deref()).await;
     let loc = load::locate(&a.workflow, a.workflows.as_deref())?;
     let mut sources = Sources::default();
     let program = load::load_program(&loc, providers.schemas(), &mut sources)?;

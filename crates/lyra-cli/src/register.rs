@@ -9,7 +9,7 @@ use lyra_core::engine::{Engine, Quiet};
 use lyra_core::state::Recorder;
 use lyra_k8s::register::{self, Preview, Request};
 use lyra_package::{Reference, RegistryOptions};
-use lyra_providers::{ProvidersConfig, builtin};
+use lyra_providers::ProvidersConfig;
 use serde_json::json;
 
 use crate::args::{Output, RegisterArgs};
@@ -30,10 +30,14 @@ pub async fn register(a: &RegisterArgs, out: Output) -> Result<(), Exit> {
     );
     // A tag is resolved once, here: the definition names the digest.
     let pinned = reference.pinned(&package.digest).to_string();
-    let providers = builtin(&ProvidersConfig {
-        foobernetes_file: a.foobernetes_file.clone(),
-        ..ProvidersConfig::default()
-    });
+    let providers = crate::providers_with_plugins(
+        &ProvidersConfig {
+            foobernetes_file: a.foobernetes_file.clone(),
+            ..ProvidersConfig::default()
+        },
+        None,
+    )
+    .await;
     let mut sources = Sources::default();
     let program = lyra_core::program::load(
         &package.manifest.name,

@@ -60,6 +60,8 @@ fn a_plugin_beside_the_load_path_serves_the_cli() {
         bad.stderr.contains("unknown attribute 'nmae' for Example::Thing"),
         "{bad}"
     );
+    // Packaged like any workflow: the plugin's types validate there too.
+    lyra.ok(&["package", "things", "--version", "1.0.0", "--out", "things.tar"]);
     // Deleted from the state alone, through the plugin.
     lyra.ok(&["delete", "things"]);
     assert_eq!(lyra.read("things.json").trim(), "{}");
