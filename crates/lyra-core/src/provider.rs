@@ -112,6 +112,12 @@ impl ProviderError {
         matches!(self, ProviderError::Other(_) | ProviderError::TimedOut(_))
     }
 
+    /// Whether the provider refused the input (bad settings, a value it cannot take): the same
+    /// input fails the same way, so only a change can help.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ProviderError::Config(_) | ProviderError::InvalidValue { .. })
+    }
+
     /// Whether the operation may have had its effect although it failed: it was cut short
     /// (a timeout, a cancellation) rather than refused.
     pub fn is_indefinite(&self) -> bool {

@@ -15,9 +15,8 @@ use crate::state::ResourceRecord;
 use crate::value::{Map, Value};
 
 /// The configuration of a provider that has none.
-pub(super) static NONE: OnceLock<Map> = OnceLock::new();
-
 pub(super) fn none() -> &'static Map {
+    static NONE: OnceLock<Map> = OnceLock::new();
     NONE.get_or_init(Map::new)
 }
 

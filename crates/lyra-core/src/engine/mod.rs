@@ -31,7 +31,7 @@ use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::expr::Var;
 use crate::model::{ParamSource, Step, StepKind};
 use crate::program::Program;
-use crate::provider::{ProviderError, Providers};
+use crate::provider::Providers;
 use crate::report::{Action, Mode, Report, Status, StepReport};
 use crate::secret::{Secrets, masked};
 use crate::state::{
@@ -673,13 +673,7 @@ impl<'e, 'a> Run<'e, 'a> {
         } else {
             self.claim_subtree(at.id);
         }
-        let refused = matches!(
-            &e,
-            StepError::Provider {
-                source: ProviderError::Config(_) | ProviderError::InvalidValue { .. },
-                ..
-            }
-        );
+        let refused = matches!(&e, StepError::Provider { source, .. } if source.is_refusal());
         self.report(StepReport {
             id: at.id.to_owned(),
             type_name,
