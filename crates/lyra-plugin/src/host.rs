@@ -5,7 +5,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
@@ -14,13 +14,13 @@ use lyra_core::schema::ResourceSchema;
 use lyra_core::value::Map;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 use tokio::net::UnixStream;
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::convert::{context_to_proto, error_from_proto, from_json, schema_from_proto, to_json};
 use crate::proto;
 use crate::proto::provider_client::ProviderClient;
-use crate::{EXECUTABLE_PREFIX, HANDSHAKE_MAGIC, PROTOCOL_VERSION};
+use crate::{EXECUTABLE_PREFIX, HANDSHAKE_MAGIC, PROTOCOL_VERSION, plugin_command, spawn_plugin};
 
 /// How many of a plugin's last stderr lines are kept for error messages.
 const STDERR_TAIL: usize = 20;
@@ -83,138 +83,237 @@ fn tail(lines: &[String]) -> String {
 ///
 /// Each operation is one RPC. A failure the plugin means comes back as the same
 /// [`ProviderError`] variant; a transport failure (the plugin crashed or hung up) as
-/// [`ProviderError::Other`] naming the plugin. When the operation's [`OpContext::cancel`] is
-/// set, the request is dropped (the plugin drops the operation) and the operation returns
-/// [`ProviderError::Cancelled`]. The engine's step `timeout:` works the same way, by dropping
-/// the future.
+/// [`ProviderError::Other`] naming the plugin, and how it exited if it did. When the
+/// operation's [`OpContext::cancel`] is set, the request is dropped (the plugin drops the
+/// operation) and the operation returns [`ProviderError::Cancelled`]. The engine's step
+/// `timeout:` works the same way, by dropping the future.
+///
+/// A plugin found dead (by an operation's transport failure, or before an operation starts)
+/// is restarted for the next operation: the same executable, a fresh handshake and
+/// connection. The first restart is at once; a plugin that dies again within 10 s of its
+/// start, or cannot be restarted, waits 1 s, 2 s, ... up to 30 s before the next try, and the
+/// operations meanwhile fail at once saying so (the engine retries them per the step's
+/// `retry:`). A restarted plugin must serve the same schema as at the start (the types are
+/// registered then): one that serves another is stopped, and every later operation fails
+/// saying so.
 pub struct PluginProvider {
     path: PathBuf,
-    socket: PathBuf,
-    client: ProviderClient<Channel>,
+    /// For starts and restarts.
+    timeout: Duration,
+    /// The schema as the plugin sent it at the start, which a restarted one must repeat.
+    wire_schema: proto::GetSchemaResponse,
     resources: Vec<ResourceSchema>,
     configs: Vec<ResourceSchema>,
-    child: Mutex<Child>,
+    /// The current process (or the last one, dead). Never held across an `.await`.
+    process: Mutex<Process>,
+    /// Held while restarting, so operations that find the plugin dead together start one
+    /// process, not one each.
+    restarts: tokio::sync::Mutex<Restarts>,
+}
+
+/// How long a plugin must have run for its death to restart it at once again.
+const HEALTHY_RUN: Duration = Duration::from_secs(10);
+/// The first and the longest wait before restarting a plugin that keeps dying.
+const RESTART_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+/// How long a transport failure waits for the process's exit to show.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// How many stderr lines of a dead plugin an operation's error quotes.
+const EXIT_TAIL: usize = 5;
+
+/// One plugin process and the connection to it.
+struct Process {
+    /// Counts the processes started: which one an operation used.
+    generation: u64,
+    socket: PathBuf,
+    client: ProviderClient<Channel>,
+    child: Child,
     /// Kept open: the plugin exits when it closes.
     _stdin: ChildStdin,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The stderr forwarder, awaited (briefly) for a dead plugin's last lines.
+    stderr_done: Option<tokio::task::JoinHandle<()>>,
+    started: Instant,
+    /// How it exited, once seen.
+    exited: Option<ExitStatus>,
+}
+
+impl Process {
+    /// Whether it still runs (asking the OS), recording its exit.
+    fn running(&mut self) -> bool {
+        if self.exited.is_none()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            self.exited = Some(status);
+        }
+        self.exited.is_none()
+    }
+}
+
+/// The restart bookkeeping.
+#[derive(Default)]
+struct Restarts {
+    /// The wait before the restart after the next quick death or failed restart.
+    backoff: Duration,
+    /// No restart before then.
+    not_before: Option<Instant>,
+    /// The generation whose death the backoff accounts for.
+    counted: u64,
+    /// Why no restart is made any more (the plugin's schema changed).
+    refused: Option<String>,
+}
+
+impl Restarts {
+    fn next_backoff(&mut self) -> Duration {
+        let now = self.backoff;
+        self.backoff = (self.backoff * 2).clamp(RESTART_BACKOFF.0, RESTART_BACKOFF.1);
+        now
+    }
+}
+
+/// What a start yields.
+struct Started {
+    process: Process,
+    wire_schema: proto::GetSchemaResponse,
 }
 
 impl std::fmt::Debug for PluginProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PluginProvider")
             .field("path", &self.path)
-            .field("socket", &self.socket)
+            .field("socket", &self.lock().socket)
             .finish_non_exhaustive()
     }
 }
 
+fn stderr_lines(s: &Mutex<VecDeque<String>>) -> Vec<String> {
+    s.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default()
+}
+
+/// Starts the plugin at `path` and reads its handshake, connects and fetches its schema, each
+/// step within `timeout`. `generation` numbers the process.
+async fn launch(path: &Path, timeout: Duration, generation: u64) -> Result<Started, PluginError> {
+    let path = path.to_path_buf();
+    let mut command = plugin_command(&path);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = spawn_plugin(command).map_err(|source| PluginError::Spawn {
+        path: path.clone(),
+        source,
+    })?;
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr_pipe = child.stderr.take();
+    let (Some(stdin), Some(stdout), Some(stderr_pipe)) = (stdin, stdout, stderr_pipe) else {
+        return Err(PluginError::Spawn {
+            path,
+            source: std::io::Error::other("no pipes to the plugin"),
+        });
+    };
+
+    let stderr = Arc::new(Mutex::new(VecDeque::new()));
+    let stderr_done = forward_stderr(&path, stderr_pipe, Arc::clone(&stderr));
+
+    let mut stdout = BufReader::new(stdout);
+    let mut line = Vec::new();
+    let read = tokio::time::timeout(timeout, (&mut stdout).take(HANDSHAKE_MAX).read_until(b'\n', &mut line)).await;
+    match read {
+        Err(_) => {
+            return Err(PluginError::HandshakeTimeout {
+                path,
+                timeout,
+                stderr: stderr_lines(&stderr),
+            });
+        }
+        Ok(Ok(0)) | Ok(Err(_)) => {
+            // Gone: let its last stderr lines arrive, and its exit status.
+            let status = tokio::time::timeout(Duration::from_secs(2), child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok);
+            let _ = tokio::time::timeout(Duration::from_secs(1), stderr_done).await;
+            return Err(PluginError::HandshakeEof {
+                path,
+                status,
+                stderr: stderr_lines(&stderr),
+            });
+        }
+        Ok(Ok(_)) => {}
+    }
+    let socket = parse_handshake(&path, &line)?;
+    drain_stdout(&path, stdout);
+
+    let connect = async {
+        let channel = connect(&socket).await.map_err(|source| PluginError::Connect {
+            path: path.clone(),
+            socket: socket.clone(),
+            source,
+        })?;
+        let mut client = ProviderClient::new(channel);
+        let schema = client
+            .get_schema(proto::GetSchemaRequest {})
+            .await
+            .map_err(|s| PluginError::Schema {
+                path: path.clone(),
+                message: status_text(&s),
+            })?
+            .into_inner();
+        Ok::<_, PluginError>((client, schema))
+    };
+    let (client, wire_schema) =
+        tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| PluginError::SchemaTimeout {
+                path: path.clone(),
+                timeout,
+            })??;
+    Ok(Started {
+        process: Process {
+            generation,
+            socket,
+            client,
+            child,
+            _stdin: stdin,
+            stderr,
+            stderr_done: Some(stderr_done),
+            started: Instant::now(),
+            exited: None,
+        },
+        wire_schema,
+    })
+}
+
 impl PluginProvider {
     /// Starts the plugin at `path`, reads its handshake, connects and fetches its schema,
-    /// each step within `timeout`.
+    /// each step within `timeout` (restarts get the same).
     ///
-    /// Its stderr is forwarded line by line to `tracing` (target `lyra_plugin::stderr`), and
-    /// its last lines are kept for error messages. Call it inside a Tokio runtime.
+    /// The process is started by [`plugin_command`] and [`spawn_plugin`], so it does not
+    /// outlive this one. Its stderr is forwarded line by line to `tracing` (target
+    /// `lyra_plugin::stderr`), and its last lines are kept for error messages. Call it inside
+    /// a Tokio runtime.
     pub async fn start(path: &Path, timeout: Duration) -> Result<PluginProvider, PluginError> {
-        let path = path.to_path_buf();
-        let mut child = Command::new(&path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| PluginError::Spawn {
-                path: path.clone(),
-                source,
-            })?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr_pipe = child.stderr.take();
-        let (Some(stdin), Some(stdout), Some(stderr_pipe)) = (stdin, stdout, stderr_pipe) else {
-            return Err(PluginError::Spawn {
-                path,
-                source: std::io::Error::other("no pipes to the plugin"),
-            });
-        };
-
-        let stderr = Arc::new(Mutex::new(VecDeque::new()));
-        let stderr_done = forward_stderr(&path, stderr_pipe, Arc::clone(&stderr));
-        let stderr_lines = |s: &Arc<Mutex<VecDeque<String>>>| -> Vec<String> {
-            s.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default()
-        };
-
-        let mut stdout = BufReader::new(stdout);
-        let mut line = Vec::new();
-        let read = tokio::time::timeout(timeout, (&mut stdout).take(HANDSHAKE_MAX).read_until(b'\n', &mut line)).await;
-        match read {
-            Err(_) => {
-                return Err(PluginError::HandshakeTimeout {
-                    path,
-                    timeout,
-                    stderr: stderr_lines(&stderr),
-                });
-            }
-            Ok(Ok(0)) | Ok(Err(_)) => {
-                // Gone: let its last stderr lines arrive, and its exit status.
-                let status = tokio::time::timeout(Duration::from_secs(2), child.wait())
-                    .await
-                    .ok()
-                    .and_then(Result::ok);
-                let _ = tokio::time::timeout(Duration::from_secs(1), stderr_done).await;
-                return Err(PluginError::HandshakeEof {
-                    path,
-                    status,
-                    stderr: stderr_lines(&stderr),
-                });
-            }
-            Ok(Ok(_)) => {}
-        }
-        let socket = parse_handshake(&path, &line)?;
-        drain_stdout(&path, stdout);
-
-        let connect = async {
-            let channel = connect(&socket).await.map_err(|source| PluginError::Connect {
-                path: path.clone(),
-                socket: socket.clone(),
-                source,
-            })?;
-            let mut client = ProviderClient::new(channel);
-            let schema = client
-                .get_schema(proto::GetSchemaRequest {})
-                .await
-                .map_err(|s| PluginError::Schema {
-                    path: path.clone(),
-                    message: status_text(&s),
-                })?
-                .into_inner();
-            Ok::<_, PluginError>((client, schema))
-        };
-        let (client, schema) =
-            tokio::time::timeout(timeout, connect)
-                .await
-                .map_err(|_| PluginError::SchemaTimeout {
-                    path: path.clone(),
-                    timeout,
-                })??;
-        let convert = |v: Vec<proto::ResourceSchema>| {
-            v.into_iter()
+        let Started { process, wire_schema } = launch(path, timeout, 1).await?;
+        let convert = |v: &[proto::ResourceSchema]| {
+            v.iter()
+                .cloned()
                 .map(schema_from_proto)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|message| PluginError::Schema {
-                    path: path.clone(),
+                    path: path.to_path_buf(),
                     message,
                 })
         };
-        let resources = convert(schema.resources)?;
-        let configs = convert(schema.configs)?;
+        let resources = convert(&wire_schema.resources)?;
+        let configs = convert(&wire_schema.configs)?;
         Ok(PluginProvider {
-            path,
-            socket,
-            client,
+            path: path.to_path_buf(),
+            timeout,
+            wire_schema,
             resources,
             configs,
-            child: Mutex::new(child),
-            _stdin: stdin,
-            stderr,
+            process: Mutex::new(process),
+            restarts: tokio::sync::Mutex::new(Restarts::default()),
         })
     }
 
@@ -225,69 +324,166 @@ impl PluginProvider {
 
     /// The plugin's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.lock().ok().and_then(|c| c.id())
+        let mut p = self.lock();
+        if p.running() { p.child.id() } else { None }
     }
 
-    /// The last lines the plugin wrote to stderr.
+    /// The last lines the plugin (the current process, or the last one) wrote to stderr.
     pub fn stderr_tail(&self) -> Vec<String> {
-        self.stderr
-            .lock()
-            .map(|t| t.iter().cloned().collect())
-            .unwrap_or_default()
+        stderr_lines(&self.lock().stderr)
     }
 
-    /// A transport failure of an operation, naming the plugin (and how it exited, if it did).
-    fn transport_error(&self, status: &tonic::Status) -> ProviderError {
-        let exited = self
-            .child
-            .lock()
-            .ok()
-            .and_then(|mut c| c.try_wait().ok().flatten())
-            .map(|s| format!(" (the plugin exited: {s})"))
-            .unwrap_or_default();
-        ProviderError::Other(format!(
-            "provider plugin {}: {}{exited}",
-            self.path.display(),
-            status_text(status)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Process> {
+        // Nothing panics while holding it; a poisoned lock still holds a consistent process.
+        self.process.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn other(&self, message: impl std::fmt::Display) -> ProviderError {
+        ProviderError::Other(format!("provider plugin {}: {message}", self.path.display()))
+    }
+
+    /// A client of the running plugin and its generation, restarting a dead one first (see
+    /// the type's docs for the backoff).
+    async fn client(&self) -> Result<(ProviderClient<Channel>, u64), ProviderError> {
+        let alive = || {
+            let mut p = self.lock();
+            p.running().then(|| (p.client.clone(), p.generation))
+        };
+        if let Some(c) = alive() {
+            return Ok(c);
+        }
+        let mut restarts = self.restarts.lock().await;
+        // Another operation may have restarted it meanwhile.
+        if let Some(c) = alive() {
+            return Ok(c);
+        }
+        if let Some(why) = &restarts.refused {
+            return Err(self.other(why));
+        }
+        let (generation, lived, exited) = {
+            let p = self.lock();
+            (p.generation, p.started.elapsed(), exit_text(p.exited.as_ref()))
+        };
+        let now = Instant::now();
+        if restarts.counted != generation {
+            restarts.counted = generation;
+            if lived >= HEALTHY_RUN {
+                restarts.backoff = Duration::ZERO;
+            }
+            let wait = restarts.next_backoff();
+            restarts.not_before = Some(now + wait);
+        }
+        if let Some(at) = restarts.not_before
+            && at > now
+        {
+            return Err(self.other(format_args!(
+                "the plugin {exited}; it is restarted in {}",
+                fmt_duration(Duration::from_millis(
+                    (at - now).as_millis().try_into().unwrap_or(u64::MAX)
+                ))
+            )));
+        }
+        tracing::warn!(plugin = %self.path.display(), "the plugin {exited}: restarting it");
+        match launch(&self.path, self.timeout, generation + 1).await {
+            Err(e) => {
+                let wait = restarts.next_backoff();
+                restarts.not_before = Some(Instant::now() + wait);
+                Err(self.other(format_args!("the plugin {exited}; restarting it failed: {e}")))
+            }
+            Ok(started) if started.wire_schema != self.wire_schema => {
+                // Its process is killed as `started` is dropped.
+                let why = format!(
+                    "the plugin {exited}, and when restarted it served another schema than at the start: \
+                     restart Lyra to use it"
+                );
+                restarts.refused = Some(why.clone());
+                Err(self.other(why))
+            }
+            Ok(started) => {
+                let mut p = self.lock();
+                *p = started.process;
+                Ok((p.client.clone(), p.generation))
+            }
+        }
+    }
+
+    /// A transport failure of an operation on process `generation`, naming the plugin, and
+    /// how it exited if it did (then it is restarted for the next operation).
+    async fn transport_error(&self, generation: u64, status: &tonic::Status) -> ProviderError {
+        let what = status_text(status);
+        // A broken connection: the process may be dying, its exit not visible yet.
+        let broken = matches!(status.code(), tonic::Code::Unknown | tonic::Code::Unavailable);
+        let deadline = Instant::now() + EXIT_GRACE;
+        let stderr_done = loop {
+            {
+                let mut p = self.lock();
+                if p.generation != generation {
+                    return self.other(format_args!("{what}: the plugin exited and was restarted"));
+                }
+                if !p.running() {
+                    break p.stderr_done.take();
+                }
+            }
+            if !broken || Instant::now() >= deadline {
+                return self.other(what);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // Its last stderr lines may say why.
+        if let Some(done) = stderr_done {
+            let _ = tokio::time::timeout(EXIT_GRACE, done).await;
+        }
+        let p = self.lock();
+        let lines = stderr_lines(&p.stderr);
+        let last = &lines[lines.len().saturating_sub(EXIT_TAIL)..];
+        self.other(format_args!(
+            "{what}: the plugin {}; it is restarted for the next operation{}",
+            exit_text(p.exited.as_ref()),
+            tail(last)
         ))
     }
 
     fn bad_reply(&self, what: &str, e: &serde_json::Error) -> ProviderError {
-        ProviderError::Other(format!(
-            "provider plugin {}: its {what} is not a JSON object: {e}",
-            self.path.display()
-        ))
+        self.other(format_args!("its {what} is not a JSON object: {e}"))
     }
 
-    /// Runs an RPC, giving it up (dropping the request) when `cx` is cancelled.
-    async fn call<T>(
-        &self,
-        cx: &OpContext<'_>,
-        rpc: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    ) -> Result<T, ProviderError> {
+    /// Runs an RPC on the running plugin (restarting a dead one first), giving it up
+    /// (dropping the request) when `cx` is cancelled.
+    async fn call<T, F, Fut>(&self, cx: &OpContext<'_>, rpc: F) -> Result<T, ProviderError>
+    where
+        F: FnOnce(ProviderClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let cancelled = async {
             while !cx.cancelled() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };
+        let op = async {
+            let (client, generation) = self.client().await?;
+            match rpc(client).await {
+                Ok(r) => Ok(r.into_inner()),
+                Err(s) => Err(self.transport_error(generation, &s).await),
+            }
+        };
         tokio::select! {
-            r = rpc => r.map(tonic::Response::into_inner).map_err(|s| self.transport_error(&s)),
+            r = op => r,
             () = cancelled => Err(ProviderError::Cancelled),
         }
     }
 
     fn created(&self, c: Option<proto::Created>) -> Result<Created, ProviderError> {
-        let c = c.ok_or_else(|| {
-            ProviderError::Other(format!(
-                "provider plugin {}: a reply without its resource",
-                self.path.display()
-            ))
-        })?;
+        let c = c.ok_or_else(|| self.other("a reply without its resource"))?;
         Ok(Created {
             external_id: c.external_id,
             actual: from_json(&c.actual).map_err(|e| self.bad_reply("actual state", &e))?,
         })
     }
+}
+
+/// "exited (exit status: 3)", "exited (signal: 6 (SIGABRT))", or "exited" when not seen.
+fn exit_text(status: Option<&ExitStatus>) -> String {
+    status.map_or_else(|| "exited".to_owned(), |s| format!("exited ({s})"))
 }
 
 fn status_text(s: &tonic::Status) -> String {
@@ -394,7 +590,8 @@ impl Provider for PluginProvider {
             desired: to_json(desired),
             actual: to_json(actual),
         };
-        let socket = &self.socket;
+        let socket = self.lock().socket.clone();
+        let socket = &socket;
         let result = std::thread::scope(|s| {
             s.spawn(move || -> Result<Vec<String>, String> {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -424,7 +621,7 @@ impl Provider for PluginProvider {
             context: Some(context_to_proto(cx)),
             desired: to_json(desired),
         };
-        let reply = self.call(cx, self.client.clone().create(request)).await?;
+        let reply = self.call(cx, |mut c| async move { c.create(request).await }).await?;
         if let Some(e) = reply.error {
             return Err(error_from_proto(e, cx.type_name));
         }
@@ -442,7 +639,7 @@ impl Provider for PluginProvider {
             external_id: external_id.to_owned(),
             prior: prior.map(to_json),
         };
-        let reply = self.call(cx, self.client.clone().read(request)).await?;
+        let reply = self.call(cx, |mut c| async move { c.read(request).await }).await?;
         if let Some(e) = reply.error {
             return Err(error_from_proto(e, cx.type_name));
         }
@@ -465,7 +662,7 @@ impl Provider for PluginProvider {
             desired: to_json(desired),
             prior: to_json(prior),
         };
-        let reply = self.call(cx, self.client.clone().update(request)).await?;
+        let reply = self.call(cx, |mut c| async move { c.update(request).await }).await?;
         if let Some(e) = reply.error {
             return Err(error_from_proto(e, cx.type_name));
         }
@@ -478,7 +675,7 @@ impl Provider for PluginProvider {
             external_id: external_id.to_owned(),
             prior: to_json(prior),
         };
-        let reply = self.call(cx, self.client.clone().delete(request)).await?;
+        let reply = self.call(cx, |mut c| async move { c.delete(request).await }).await?;
         match reply.error {
             Some(e) => Err(error_from_proto(e, cx.type_name)),
             None => Ok(()),
@@ -491,7 +688,7 @@ impl Provider for PluginProvider {
             context: Some(context_to_proto(cx)),
             desired: to_json(desired),
         };
-        let reply = self.call(cx, self.client.clone().lookup(request)).await?;
+        let reply = self.call(cx, |mut c| async move { c.lookup(request).await }).await?;
         if let Some(e) = reply.error {
             return Err(error_from_proto(e, cx.type_name));
         }

@@ -11,22 +11,27 @@
 //!
 //! (`lyra-plugin`, the protocol version [`PROTOCOL_VERSION`], the transport `unix`, the
 //! socket's path). The host then speaks gRPC on the socket. The plugin exits when its stdin
-//! reaches end of file, which happens when the host closes it or dies, or on SIGTERM. Its
-//! stderr is its log: the host forwards it line by line to `tracing`.
+//! reaches end of file, which happens when the host closes it or dies, or on SIGTERM; on Linux
+//! the kernel also kills it when the host dies ([`plugin_command`]). Its stderr is its log:
+//! the host forwards it line by line to `tracing`.
 //!
 //! Values travel as JSON text. Failures a provider means travel in each response's `error`
 //! field and come back as the same [`ProviderError`](lyra_core::provider::ProviderError)
 //! variants; transport failures (a crashed plugin) become `ProviderError::Other` naming the
-//! plugin, so they fail only the steps that use it.
+//! plugin, so they fail only the steps that use it; a plugin found dead is restarted for the
+//! next operation.
 //!
 //! - Plugins (server side): [`serve`].
-//! - The host (client side): [`PluginProvider`], [`discover`].
+//! - The host (client side): [`PluginProvider`], [`discover`]; [`plugin_command`] and
+//!   [`spawn_plugin`] start any process that must not outlive Lyra.
 
 mod convert;
 mod host;
+mod process;
 mod server;
 
 pub use host::{PluginError, PluginProvider, discover};
+pub use process::{plugin_command, spawn_plugin};
 pub use server::{ServeError, serve};
 
 /// The generated messages, client and server of `lyra.plugin.v1`.

@@ -245,33 +245,225 @@ async fn handshake_failures_are_distinct_errors() {
     assert!(matches!(e, PluginError::Spawn { .. }), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_plugin_fails_its_calls_naming_it() {
-    let plugin = PluginProvider::start(Path::new(EXAMPLE), TIMEOUT).await.unwrap();
-    let pid = plugin.pid().unwrap();
-    kill9(pid);
-    assert!(wait_dead(pid).await);
-    let config = Map::new();
-    let cancel = AtomicBool::new(false);
-    let cx = OpContext {
+fn op<'a>(config: &'a Map, cancel: &'a AtomicBool) -> OpContext<'a> {
+    OpContext {
         deployment: "d",
         step_id: "s",
         type_name: "Example::Thing",
         idempotency_key: None,
-        config: &config,
-        cancel: &cancel,
-    };
-    match plugin.read(&cx, "thing-1", None).await {
-        Err(ProviderError::Other(message)) => {
-            assert!(message.contains(EXAMPLE), "{message}");
+        config,
+        cancel,
+    }
+}
+
+/// A wrapper around the example that appends a line to `starts` each time it is started,
+/// runs `before` (shell) first, and execs the example with `env` (`VAR=value ...`).
+fn wrapper(dir: &Path, name: &str, before: &str, env: &str) -> (PathBuf, PathBuf) {
+    let starts = dir.join(format!("{name}.starts"));
+    let path = script(
+        dir,
+        name,
+        &format!(
+            "echo $$ >> '{}'\n{before}\n{env} exec '{EXAMPLE}' \"$@\"",
+            starts.display()
+        ),
+    );
+    (path, starts)
+}
+
+/// Waits until the host sees its killed plugin exit: a moment after its main thread shows as
+/// a zombie, once its other threads are gone too.
+async fn wait_exited(plugin: &PluginProvider) {
+    for _ in 0..100 {
+        if plugin.pid().is_none() {
+            return;
         }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the host does not see its plugin exit");
+}
+
+fn starts(log: &Path) -> usize {
+    std::fs::read_to_string(log).map_or(0, |t| t.lines().count())
+}
+
+#[track_caller]
+fn other(result: Result<impl std::fmt::Debug, ProviderError>) -> String {
+    match result {
+        Err(ProviderError::Other(message)) => message,
         other => panic!("expected Other, got {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_killed_between_operations_is_restarted_for_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log) = wrapper(dir.path(), "lyra-provider-example", "", "");
+    let plugin = PluginProvider::start(&path, TIMEOUT).await.unwrap();
+    let pid = plugin.pid().unwrap();
+    kill9(pid);
+    wait_exited(&plugin).await;
     // Not an answer, not a panic: nothing forces a replace.
     assert!(
         plugin
             .replace_reasons("Example::Thing", &Map::new(), &Map::new())
             .is_empty()
+    );
+    let file = dir.path().join("things.json");
+    let config = map(json!({"file": file.to_str().unwrap()}));
+    let cancel = AtomicBool::new(false);
+    // Operations that find it dead together restart it once, and all succeed.
+    let reads = futures_reads(&plugin, &op(&config, &cancel)).await;
+    assert!(reads.iter().all(|r| matches!(r, Ok(None))), "{reads:?}");
+    assert_eq!(starts(&log), 2, "started, then restarted once");
+    let again = plugin.pid().expect("restarted");
+    assert_ne!(again, pid);
+    // It serves as before, and still replies to replace_reasons.
+    let created = plugin
+        .create(&op(&config, &cancel), &map(json!({"name": "a"})))
+        .await
+        .unwrap();
+    assert_eq!(created.external_id, "thing-1");
+    assert_eq!(
+        plugin.replace_reasons("Example::Thing", &map(json!({"value": {}})), &created.actual),
+        vec!["value".to_owned()]
+    );
+}
+
+/// Three reads of `thing-1` at once.
+async fn futures_reads(plugin: &PluginProvider, cx: &OpContext<'_>) -> Vec<Result<Option<Map>, ProviderError>> {
+    let (a, b, c) = tokio::join!(
+        plugin.read(cx, "thing-1", None),
+        plugin.read(cx, "thing-1", None),
+        plugin.read(cx, "thing-1", None)
+    );
+    vec![a, b, c]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_crashes_mid_operation_fails_it_and_is_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log) = wrapper(dir.path(), "lyra-provider-crashy", "", "LYRA_EXAMPLE_CRASH_ON=boom");
+    let plugin = PluginProvider::start(&path, TIMEOUT).await.unwrap();
+    let first = plugin.pid().unwrap();
+    let file = dir.path().join("things.json");
+    let config = map(json!({"file": file.to_str().unwrap()}));
+    let cancel = AtomicBool::new(false);
+    let cx = op(&config, &cancel);
+
+    let message = other(plugin.create(&cx, &map(json!({"name": "boom"}))).await);
+    assert!(message.contains(path.to_str().unwrap()), "names the plugin: {message}");
+    assert!(
+        message.contains("exited (signal: 6 (SIGABRT))"),
+        "says how it exited: {message}"
+    );
+    assert!(message.contains("restarted for the next operation"), "{message}");
+    assert!(message.contains("crashing on boom"), "quotes its stderr: {message}");
+    assert!(dead(first));
+
+    // The next operation runs on a new process.
+    let created = plugin.create(&cx, &map(json!({"name": "fine"}))).await.unwrap();
+    assert_eq!(created.actual["name"], "fine");
+    let second = plugin.pid().expect("restarted");
+    assert_ne!(second, first);
+    assert_eq!(starts(&log), 2);
+    let on_disk: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(on_disk[&created.external_id]["name"], "fine", "{on_disk}");
+    assert!(
+        !plugin.stderr_tail().iter().any(|l| l.contains("crashing")),
+        "the tail is the new process's: {:?}",
+        plugin.stderr_tail()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_cannot_restart_is_retried_with_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken");
+    let (path, log) = wrapper(
+        dir.path(),
+        "lyra-provider-flaky",
+        &format!(
+            "if [ -e '{}' ]; then echo 'cannot start now' >&2; exit 7; fi",
+            broken.display()
+        ),
+        "",
+    );
+    let plugin = PluginProvider::start(&path, TIMEOUT).await.unwrap();
+    std::fs::write(&broken, "").unwrap();
+    let pid = plugin.pid().unwrap();
+    kill9(pid);
+    wait_exited(&plugin).await;
+    let config = Map::new();
+    let cancel = AtomicBool::new(false);
+    let cx = op(&config, &cancel);
+
+    // The first restart is at once, and fails.
+    let message = other(plugin.read(&cx, "thing-1", None).await);
+    assert!(message.contains(path.to_str().unwrap()), "{message}");
+    assert!(message.contains("restarting it failed"), "{message}");
+    assert!(
+        message.contains("exit status: 7") && message.contains("cannot start now"),
+        "{message}"
+    );
+    assert_eq!(starts(&log), 2);
+    // The next waits: the operation fails at once, starting nothing.
+    let message = other(plugin.read(&cx, "thing-1", None).await);
+    assert!(message.contains("it is restarted in"), "{message}");
+    assert_eq!(starts(&log), 2, "no start within the backoff");
+
+    // Fixed: an operation after the backoff restarts it.
+    std::fs::remove_file(&broken).unwrap();
+    let mut tries = 0;
+    let read = loop {
+        match plugin.read(&cx, "thing-1", None).await {
+            Err(ProviderError::Other(m)) if m.contains("it is restarted in") && tries < 200 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other,
+        }
+    };
+    // The example needs its `file` setting: the error is the plugin's own answer.
+    assert!(matches!(read, Err(ProviderError::Config(_))), "{read:?}");
+    assert_eq!(starts(&log), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_plugin_must_serve_the_same_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let changed = dir.path().join("changed");
+    let (path, log) = wrapper(
+        dir.path(),
+        "lyra-provider-shifty",
+        &format!(
+            "if [ -e '{}' ]; then export LYRA_EXAMPLE_NAMESPACE=Other; fi",
+            changed.display()
+        ),
+        "",
+    );
+    let plugin = PluginProvider::start(&path, TIMEOUT).await.unwrap();
+    std::fs::write(&changed, "").unwrap();
+    let pid = plugin.pid().unwrap();
+    kill9(pid);
+    wait_exited(&plugin).await;
+    let config = Map::new();
+    let cancel = AtomicBool::new(false);
+    let cx = op(&config, &cancel);
+
+    let message = other(plugin.read(&cx, "thing-1", None).await);
+    assert!(message.contains(path.to_str().unwrap()), "{message}");
+    assert!(message.contains("served another schema"), "{message}");
+    assert_eq!(starts(&log), 2);
+    // That process is stopped, and no other is started: every operation fails the same way.
+    assert_eq!(plugin.pid(), None);
+    let again = other(plugin.read(&cx, "thing-1", None).await);
+    assert_eq!(again, message);
+    assert_eq!(starts(&log), 2);
+    assert_eq!(
+        plugin.schemas()[0].name,
+        "Example::Thing",
+        "the types stay as registered"
     );
 }
 
@@ -398,4 +590,64 @@ fn the_plugin_exits_on_sigterm() {
     assert!(status.success());
     let status = wait_exit(&mut child).expect("exits on SIGTERM");
     assert!(status.success(), "{status}");
+}
+
+/// Set in the host process that [`the_kernel_kills_the_plugin_when_its_host_is_killed`] starts:
+/// the directory to work in.
+const HOST_DIR: &str = "LYRA_PLUGIN_TEST_HOST_DIR";
+
+/// The host of [`the_kernel_kills_the_plugin_when_its_host_is_killed`]: this test binary run
+/// again with [`HOST_DIR`] set. It starts a plugin, says its pid and waits to be killed.
+/// Without the variable it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_that_starts_a_plugin() {
+    let Some(dir) = std::env::var_os(HOST_DIR) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let plugin = PluginProvider::start(Path::new(EXAMPLE), TIMEOUT).await.unwrap();
+    let pid = plugin.pid().unwrap();
+    std::fs::write(dir.join("pid.tmp"), pid.to_string()).unwrap();
+    std::fs::rename(dir.join("pid.tmp"), dir.join("pid")).unwrap();
+    std::future::pending::<()>().await;
+}
+
+#[test]
+fn the_kernel_kills_the_plugin_when_its_host_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "host_that_starts_a_plugin", "--nocapture"])
+        .env(HOST_DIR, dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = dir.path().join("pid");
+    let mut pid = None;
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(&pid_file) {
+            pid = text.trim().parse::<u32>().ok();
+            break;
+        }
+        assert!(host.try_wait().unwrap().is_none(), "the host ended early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = pid.expect("the host started its plugin");
+    assert!(!dead(pid));
+    // Stopped, the plugin cannot notice its stdin closing: only the kernel can end it.
+    let status = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        dead(pid)
+    });
+    if !gone {
+        kill9(pid);
+    }
+    assert!(gone, "plugin {pid} outlived its host");
 }

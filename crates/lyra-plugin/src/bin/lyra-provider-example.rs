@@ -5,6 +5,16 @@
 //! a create whose result was lost. A change of `value` between a JSON object and anything
 //! else forces a replace (to exercise `replace_reasons`). `delay` (milliseconds) makes each
 //! create wait that long first: a slow operation, to exercise cancellation.
+//!
+//! Misbehaviour on demand, for the tests of how the host copes (environment variables, read
+//! at start-up):
+//!
+//! - `LYRA_EXAMPLE_CRASH_ON=<name>`: the create of the thing named so aborts the process (a
+//!   crash, without a core dump). With `LYRA_EXAMPLE_CRASH_MARKER=<file>`, only when that
+//!   file does not exist yet; it is created first, so the plugin crashes once.
+//! - `LYRA_EXAMPLE_HANG_ON=<name>`: the create of the thing named so never returns.
+//! - `LYRA_EXAMPLE_NAMESPACE=<ns>`: serve `<ns>::Thing`, with settings `<ns>`, instead of
+//!   `Example` (another schema from the same executable).
 #![allow(clippy::print_stderr)]
 
 use std::path::PathBuf;
@@ -16,12 +26,57 @@ use lyra_core::types::Type;
 use lyra_core::value::{Map, Value};
 use tokio::sync::Mutex;
 
-const THING: &str = "Example::Thing";
-
-#[derive(Default)]
 struct Example {
     /// Serialises access to the file.
     lock: Mutex<()>,
+    /// `Example`, or `LYRA_EXAMPLE_NAMESPACE`.
+    namespace: String,
+    crash_on: Option<String>,
+    crash_marker: Option<PathBuf>,
+    hang_on: Option<String>,
+}
+
+impl Example {
+    fn from_env() -> Example {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Example {
+            lock: Mutex::new(()),
+            namespace: var("LYRA_EXAMPLE_NAMESPACE").unwrap_or_else(|| "Example".to_owned()),
+            crash_on: var("LYRA_EXAMPLE_CRASH_ON"),
+            crash_marker: var("LYRA_EXAMPLE_CRASH_MARKER").map(PathBuf::from),
+            hang_on: var("LYRA_EXAMPLE_HANG_ON"),
+        }
+    }
+
+    fn thing(&self) -> String {
+        format!("{}::Thing", self.namespace)
+    }
+
+    /// `LYRA_EXAMPLE_CRASH_ON` and `LYRA_EXAMPLE_HANG_ON`.
+    async fn misbehave(&self, name: &str) {
+        if self.crash_on.as_deref() == Some(name) {
+            let first = match &self.crash_marker {
+                None => true,
+                Some(marker) => std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(marker)
+                    .is_ok(),
+            };
+            if first {
+                eprintln!("crashing on {name}, as LYRA_EXAMPLE_CRASH_ON says");
+                // A crash, not a core file in the tests' directories.
+                let mut core = rustix::process::getrlimit(rustix::process::Resource::Core);
+                core.current = Some(0);
+                let _ = rustix::process::setrlimit(rustix::process::Resource::Core, core);
+                std::process::abort();
+            }
+        }
+        if self.hang_on.as_deref() == Some(name) {
+            eprintln!("hanging on {name}, as LYRA_EXAMPLE_HANG_ON says");
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 fn file(cx: &OpContext<'_>) -> Result<PathBuf, ProviderError> {
@@ -85,7 +140,7 @@ impl Provider for Example {
     fn schemas(&self) -> Vec<ResourceSchema> {
         vec![
             ResourceSchema::new(
-                THING,
+                &self.thing(),
                 vec![
                     AttributeSchema::new("name", Type::String)
                         .required()
@@ -104,7 +159,7 @@ impl Provider for Example {
     fn config_schemas(&self) -> Vec<ResourceSchema> {
         vec![
             ResourceSchema::new(
-                "Example",
+                &self.namespace,
                 vec![
                     AttributeSchema::new("file", Type::String)
                         .required()
@@ -129,6 +184,7 @@ impl Provider for Example {
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
         let path = file(cx)?;
         let name = name(desired)?;
+        self.misbehave(name).await;
         if let Some(ms) = cx.config.get("delay").and_then(Value::as_u64) {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
@@ -177,7 +233,7 @@ impl Provider for Example {
         let mut records = load(&path).await?;
         let Some(Value::Object(current)) = records.get(external_id) else {
             return Err(ProviderError::NotFound {
-                type_name: THING.to_owned(),
+                type_name: self.thing(),
                 external_id: external_id.to_owned(),
             });
         };
@@ -214,7 +270,7 @@ impl Provider for Example {
 
 #[tokio::main]
 async fn main() {
-    if let Err(e) = lyra_plugin::serve(Example::default()).await {
+    if let Err(e) = lyra_plugin::serve(Example::from_env()).await {
         eprintln!("lyra-provider-example: {e}");
         std::process::exit(1);
     }
