@@ -70,6 +70,20 @@ pub fn example_plugin_bin() -> PathBuf {
         .clone()
 }
 
+/// The protocol-6 Terraform test provider (`lyra-terraform`'s `terraform-provider-lyratest`):
+/// `$LYRA_TF_TEST_PROVIDER_BIN`, else found like `lyra`.
+pub fn tf_test_provider_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        workspace_bin(
+            "terraform-provider-lyratest",
+            "LYRA_TF_TEST_PROVIDER_BIN",
+            "lyra-terraform",
+        )
+    })
+    .clone()
+}
+
 /// A binary of this workspace, built beforehand: `$env` if set, else beside the test
 /// executable's profile directory, else `<workspace>/target/debug/`.
 fn workspace_bin(name: &str, env: &str, package: &str) -> PathBuf {

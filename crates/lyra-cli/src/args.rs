@@ -33,10 +33,12 @@ pub struct Cli {
     /// Output format: `json` prints exactly one JSON document on stdout, errors included.
     #[arg(short, long, global = true, value_enum, default_value_t)]
     pub output: Output,
-    /// Where provider plugins (`lyra-provider-<name>` executables) are found, besides the
-    /// `plugins` directory next to the load path (`./plugins` for `./workflows`); repeatable,
-    /// or `:`-separated in LYRA_PLUGIN_PATH. Each is started and its types are served like
-    /// the built-in ones; one that cannot start is named in a warning and left out.
+    /// Where provider plugins are found, besides the `plugins` directory next to the load path
+    /// (`./plugins` for `./workflows`); repeatable, or `:`-separated in LYRA_PLUGIN_PATH.
+    /// Lyra plugins are `lyra-provider-<name>` executables; Terraform providers are
+    /// `terraform-provider-<name>[_v<version>]`, there or in Terraform's mirror layout beneath
+    /// (their types are `Tf<Name>::<Type>`). Each is started and its types are served like the
+    /// built-in ones; one that cannot start is named in a warning and left out.
     #[arg(
         long = "plugins",
         global = true,

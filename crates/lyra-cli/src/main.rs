@@ -150,13 +150,16 @@ async fn run(cli: Cli) -> Result<(), Exit> {
 static PLUGIN_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
 
 /// The built-in providers (as `config` sets them) and the plugins on the plugin path, whose
-/// `plugins` directory is beside the load path `workflows`. Plugins that cannot start are
-/// named in warnings on stderr.
+/// `plugins` directory is beside the load path `workflows`: Lyra plugins
+/// (`lyra-provider-<name>`) and Terraform providers (`terraform-provider-<name>`). Plugins
+/// that cannot start are named in warnings on stderr.
 pub async fn providers_with_plugins(config: &ProvidersConfig, workflows: Option<&Path>) -> Providers {
     let mut providers = builtin(config);
     let dirs = PLUGIN_DIRS.get().map_or(&[][..], Vec::as_slice);
     let path = lyra_providers::plugins::plugin_path(dirs, workflows);
-    for w in lyra_providers::plugins::load_plugins(&mut providers, &path).await {
+    let mut warnings = lyra_providers::plugins::load_plugins(&mut providers, &path).await;
+    warnings.extend(lyra_providers::terraform::load_terraform_providers(&mut providers, &path).await);
+    for w in warnings {
         warn(&format!("warning: {w}\n"));
     }
     providers

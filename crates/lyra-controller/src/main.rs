@@ -58,9 +58,10 @@ struct Args {
     /// cannot write the controller's own files.
     #[arg(long, env = "LYRA_FILES_ROOT", default_value = "files", value_name = "DIR")]
     files_root: PathBuf,
-    /// Where provider plugins (`lyra-provider-<name>` executables) are found, besides the
-    /// `plugins` directory next to --workflows; repeatable, or `:`-separated. Each is started
-    /// once and serves every run; one that cannot start is logged and left out.
+    /// Where provider plugins are found, besides the `plugins` directory next to --workflows;
+    /// repeatable, or `:`-separated. Lyra plugins are `lyra-provider-<name>` executables,
+    /// Terraform providers `terraform-provider-<name>[_v<version>]` (types `Tf<Name>::<Type>`).
+    /// Each is started once and serves every run; one that cannot start is logged and left out.
     #[arg(
         long = "plugins",
         env = "LYRA_PLUGIN_PATH",
@@ -194,7 +195,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         kubernetes_tenancy: (!args.kubernetes_any_namespace).then_some(lyra_k8s::reconcile::owner_namespace as _),
     });
     let plugin_path = lyra_providers::plugins::plugin_path(&args.plugins, Some(&args.workflows));
-    for w in lyra_providers::plugins::load_plugins(&mut providers, &plugin_path).await {
+    let mut warnings = lyra_providers::plugins::load_plugins(&mut providers, &plugin_path).await;
+    warnings.extend(lyra_providers::terraform::load_terraform_providers(&mut providers, &plugin_path).await);
+    for w in warnings {
         tracing::warn!("{w}");
     }
     let providers = Arc::new(providers);

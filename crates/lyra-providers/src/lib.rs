@@ -34,6 +34,7 @@ pub mod null;
 pub mod plugins;
 pub mod postgres;
 pub mod random;
+pub mod terraform;
 pub mod time;
 pub mod tls;
 

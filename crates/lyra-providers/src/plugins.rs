@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lyra_core::provider::{Provider, Providers};
-use lyra_core::schema::namespace_of;
+use lyra_core::schema::{ResourceSchema, namespace_of};
 use lyra_plugin::{PluginProvider, discover};
 
 /// How long a plugin has to start and say what it serves.
@@ -47,18 +47,7 @@ pub async fn load_plugins(providers: &mut Providers, path: &[PathBuf]) -> Vec<St
                 continue;
             }
         };
-        let clash = plugin
-            .schemas()
-            .iter()
-            .map(|s| namespace_of(&s.name).to_owned())
-            .find(|ns| {
-                providers
-                    .schemas()
-                    .names()
-                    .iter()
-                    .any(|t| namespace_of(t).eq_ignore_ascii_case(ns))
-            });
-        if let Some(ns) = clash {
+        if let Some(ns) = clash(providers, &plugin.schemas()) {
             warnings.push(format!(
                 "plugin {name} ({}) is not used: namespace {ns} is already served by another provider",
                 exe.display()
@@ -69,4 +58,15 @@ pub async fn load_plugins(providers: &mut Providers, path: &[PathBuf]) -> Vec<St
         providers.register(&plugin);
     }
     warnings
+}
+
+/// The namespace of `schemas` that a provider in `providers` already serves, if any.
+pub(crate) fn clash(providers: &Providers, schemas: &[ResourceSchema]) -> Option<String> {
+    schemas.iter().map(|s| namespace_of(&s.name).to_owned()).find(|ns| {
+        providers
+            .schemas()
+            .names()
+            .iter()
+            .any(|t| namespace_of(t).eq_ignore_ascii_case(ns))
+    })
 }
