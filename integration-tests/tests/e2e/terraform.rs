@@ -239,7 +239,8 @@ fn a_crash_between_create_and_record_is_reported_and_leaves_no_provider_behind()
 
     // The resource was made but not recorded: the next run says so instead of making another.
     lyra.write_workflow("files", &files_workflow(&lyra, "a.txt", "fine"));
-    let next = lyra.run(&["apply", "files"]);
+    // The killed run's lease outlives it (30 s): wait it out.
+    let next = lyra.run(&["apply", "files", "--lock-timeout", "90s"]);
     next.expect_code(1)
         .expect_stderr(&["'file' was possibly created, unrecorded", "TfLyratest::File"]);
     assert_eq!(lyra.read("files/a.txt"), "hang:here", "nothing was made twice");
@@ -252,6 +253,7 @@ fn a_crash_between_create_and_record_is_reported_and_leaves_no_provider_behind()
         .expect("a command to forget the record")
         .trim()
         .trim_end_matches('.')
+        .trim_matches('`')
         .to_owned();
     let words: Vec<&str> = forget.split_whitespace().collect();
     assert_eq!(words.first(), Some(&"lyra"), "{forget}");
@@ -300,7 +302,7 @@ fn terraform_providers_serve_the_cli_then_the_controller_on_the_same_state() {
 
     // A data change: the first is replaced, and what holds its id follows.
     cluster.apply("apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: tf\n  namespace: default\nspec:\n  workflowName: tf\n  data:\n    rev: '2'\n");
-    let moved = wait_until(Duration::from_secs(60), || {
+    let moved = wait_until(Duration::from_secs(120), || {
         let now = lyra.resources(deployment);
         now.get("first").is_some_and(|f| *f != ids["first"])
             && std::fs::read_to_string(root.join("shared.txt")).is_ok_and(|t| t == now["first"])
