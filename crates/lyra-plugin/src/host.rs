@@ -1,10 +1,9 @@
 //! The host side: starting a plugin and using it as a [`Provider`].
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -20,10 +19,11 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use crate::convert::{context_to_proto, error_from_proto, from_json, schema_from_proto, to_json};
 use crate::proto;
 use crate::proto::provider_client::ProviderClient;
-use crate::{EXECUTABLE_PREFIX, HANDSHAKE_MAGIC, PROTOCOL_VERSION, plugin_command, spawn_plugin};
+use crate::{
+    EXECUTABLE_PREFIX, HANDSHAKE_MAGIC, PROTOCOL_VERSION, StderrTail, block_on_own_thread, drain_stdout,
+    forward_stderr, plugin_command, spawn_plugin, stderr_lines,
+};
 
-/// How many of a plugin's last stderr lines are kept for error messages.
-const STDERR_TAIL: usize = 20;
 /// The longest handshake line read.
 const HANDSHAKE_MAX: u64 = 4096;
 
@@ -129,7 +129,7 @@ struct Process {
     child: Child,
     /// Kept open: the plugin exits when it closes.
     _stdin: ChildStdin,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: StderrTail,
     /// The stderr forwarder, awaited (briefly) for a dead plugin's last lines.
     stderr_done: Option<tokio::task::JoinHandle<()>>,
     started: Instant,
@@ -185,10 +185,6 @@ impl std::fmt::Debug for PluginProvider {
     }
 }
 
-fn stderr_lines(s: &Mutex<VecDeque<String>>) -> Vec<String> {
-    s.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default()
-}
-
 /// Starts the plugin at `path` and reads its handshake, connects and fetches its schema, each
 /// step within `timeout`. `generation` numbers the process.
 async fn launch(path: &Path, timeout: Duration, generation: u64) -> Result<Started, PluginError> {
@@ -212,8 +208,7 @@ async fn launch(path: &Path, timeout: Duration, generation: u64) -> Result<Start
         });
     };
 
-    let stderr = Arc::new(Mutex::new(VecDeque::new()));
-    let stderr_done = forward_stderr(&path, stderr_pipe, Arc::clone(&stderr));
+    let (stderr, stderr_done) = forward_stderr(&path, stderr_pipe, tracing::Level::INFO);
 
     let mut stdout = BufReader::new(stdout);
     let mut line = Vec::new();
@@ -242,7 +237,7 @@ async fn launch(path: &Path, timeout: Duration, generation: u64) -> Result<Start
         Ok(Ok(_)) => {}
     }
     let socket = parse_handshake(&path, &line)?;
-    drain_stdout(&path, stdout);
+    drain_stdout(&path, stdout, tracing::Level::INFO);
 
     let connect = async {
         let channel = connect(&socket).await.map_err(|source| PluginError::Connect {
@@ -454,11 +449,7 @@ impl PluginProvider {
         F: FnOnce(ProviderClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let cancelled = async {
-            while !cx.cancelled() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
+        let cancelled = crate::until_cancelled(cx);
         let op = async {
             let (client, generation) = self.client().await?;
             match rpc(client).await {
@@ -537,39 +528,6 @@ async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> {
         .await
 }
 
-/// Forwards the plugin's stderr to `tracing`, keeping its last lines. The task ends at EOF.
-fn forward_stderr(
-    path: &Path,
-    pipe: tokio::process::ChildStderr,
-    tail: Arc<Mutex<VecDeque<String>>>,
-) -> tokio::task::JoinHandle<()> {
-    let plugin = path.display().to_string();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(pipe).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::info!(target: "lyra_plugin::stderr", plugin = %plugin, "{line}");
-            if let Ok(mut t) = tail.lock() {
-                if t.len() == STDERR_TAIL {
-                    t.pop_front();
-                }
-                t.push_back(line);
-            }
-        }
-    })
-}
-
-/// Reads what the plugin writes to stdout after its handshake (so it never blocks on a full
-/// pipe), logging it.
-fn drain_stdout(path: &Path, stdout: BufReader<tokio::process::ChildStdout>) {
-    let plugin = path.display().to_string();
-    tokio::spawn(async move {
-        let mut lines = stdout.lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::info!(target: "lyra_plugin::stdout", plugin = %plugin, "{line}");
-        }
-    });
-}
-
 #[async_trait]
 impl Provider for PluginProvider {
     fn schemas(&self) -> Vec<ResourceSchema> {
@@ -591,24 +549,13 @@ impl Provider for PluginProvider {
             actual: to_json(actual),
         };
         let socket = self.lock().socket.clone();
-        let socket = &socket;
-        let result = std::thread::scope(|s| {
-            s.spawn(move || -> Result<Vec<String>, String> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                rt.block_on(async {
-                    let channel = connect(socket).await.map_err(|e| e.to_string())?;
-                    let reply = ProviderClient::new(channel)
-                        .replace_reasons(request)
-                        .await
-                        .map_err(|s| status_text(&s))?;
-                    Ok(reply.into_inner().reasons)
-                })
-            })
-            .join()
-            .unwrap_or_else(|_| Err("the call panicked".to_owned()))
+        let result = block_on_own_thread(async {
+            let channel = connect(&socket).await.map_err(|e| e.to_string())?;
+            let reply = ProviderClient::new(channel)
+                .replace_reasons(request)
+                .await
+                .map_err(|s| status_text(&s))?;
+            Ok(reply.into_inner().reasons)
         });
         result.unwrap_or_else(|e| {
             tracing::warn!(plugin = %self.path.display(), "replace_reasons: {e}");

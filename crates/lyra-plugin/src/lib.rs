@@ -31,13 +31,23 @@ mod process;
 mod server;
 
 pub use host::{PluginError, PluginProvider, discover};
-pub use process::{plugin_command, spawn_plugin};
+pub use process::{
+    StderrTail, block_on_own_thread, drain_stdout, forward_stderr, plugin_command, spawn_plugin, stderr_lines,
+};
 pub use server::{ServeError, serve};
 
 /// The generated messages, client and server of `lyra.plugin.v1`.
 #[allow(clippy::all, clippy::pedantic, unused_qualifications, rust_2018_idioms, missing_docs)]
 pub mod proto {
     tonic::include_proto!("lyra.plugin.v1");
+}
+
+/// Resolves once `cx` is cancelled (polled every 50 ms: the flag is a plain atomic the host
+/// sets from a signal handler or a lost lease). Race an operation against it to give it up.
+pub async fn until_cancelled(cx: &lyra_core::provider::OpContext<'_>) {
+    while !cx.cancelled() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// The first field of the handshake line.

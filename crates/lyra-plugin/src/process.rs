@@ -1,5 +1,6 @@
 //! Starting helper processes that cannot outlive Lyra: [`plugin_command`], [`spawn_plugin`].
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -88,4 +89,81 @@ fn die_with_parent(command: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// How many of a helper process's last stderr lines are kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+/// A helper process's last stderr lines, as [`forward_output`] keeps them.
+pub type StderrTail = std::sync::Arc<Mutex<std::collections::VecDeque<String>>>;
+
+/// The lines in `tail`, oldest first.
+pub fn stderr_lines(tail: &StderrTail) -> Vec<String> {
+    tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default()
+}
+
+/// Forwards a helper process's stderr (its log) line by line to `tracing` at `level` (target
+/// `lyra_plugin::stderr`, the executable in field `plugin`), keeping its last lines in the
+/// returned tail. The task ends at end of file.
+pub fn forward_stderr(
+    path: &Path,
+    pipe: tokio::process::ChildStderr,
+    level: tracing::Level,
+) -> (StderrTail, tokio::task::JoinHandle<()>) {
+    use tokio::io::AsyncBufReadExt as _;
+    let plugin = path.display().to_string();
+    let tail = StderrTail::default();
+    let keep = std::sync::Arc::clone(&tail);
+    let done = tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if level == tracing::Level::DEBUG {
+                tracing::debug!(target: "lyra_plugin::stderr", plugin = %plugin, "{line}");
+            } else {
+                tracing::info!(target: "lyra_plugin::stderr", plugin = %plugin, "{line}");
+            }
+            if let Ok(mut t) = keep.lock() {
+                if t.len() == STDERR_TAIL {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        }
+    });
+    (tail, done)
+}
+
+/// Reads what a helper process writes to stdout after its handshake, so it never blocks on a
+/// full pipe, logging it at `level` (target `lyra_plugin::stdout`).
+pub fn drain_stdout(path: &Path, stdout: tokio::io::BufReader<tokio::process::ChildStdout>, level: tracing::Level) {
+    use tokio::io::AsyncBufReadExt as _;
+    let plugin = path.display().to_string();
+    tokio::spawn(async move {
+        let mut lines = stdout.lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if level == tracing::Level::DEBUG {
+                tracing::debug!(target: "lyra_plugin::stdout", plugin = %plugin, "{line}");
+            } else {
+                tracing::info!(target: "lyra_plugin::stdout", plugin = %plugin, "{line}");
+            }
+        }
+    });
+}
+
+/// Runs `call` to completion on a thread of its own, with a runtime of its own, from
+/// synchronous code inside any runtime (a `Provider` method that is not async, such as
+/// `replace_reasons`). `call` must make its own connection: one made on the caller's runtime
+/// may need that runtime's threads, which the caller is blocking.
+pub fn block_on_own_thread<T: Send>(call: impl Future<Output = Result<T, String>> + Send) -> Result<T, String> {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(call)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the call panicked".to_owned()))
+    })
 }

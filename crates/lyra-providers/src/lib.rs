@@ -109,11 +109,7 @@ pub async fn cancellable<T>(
     cx: &OpContext<'_>,
     op: impl Future<Output = Result<T, ProviderError>>,
 ) -> Result<T, ProviderError> {
-    let watch = async {
-        while !cx.cancelled() {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    };
+    let watch = lyra_plugin::until_cancelled(cx);
     tokio::select! {
         r = op => r,
         () = watch => Err(ProviderError::Cancelled),

@@ -10,9 +10,8 @@
 //!
 //! (go-plugin's protocol version, the Terraform protocol it chose, the network and address,
 //! `grpc`, and its certificate as unpadded base64 DER; empty when it serves without TLS).
-//! Its stderr is its log.
+//! Its stderr is its log, forwarded to `tracing` (target `lyra_plugin::stderr`, debug level).
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -25,6 +24,8 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio::process::Child;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use lyra_plugin::{StderrTail, drain_stdout, forward_stderr, stderr_lines};
+
 use crate::TerraformError;
 use crate::tls;
 
@@ -35,7 +36,6 @@ pub const MAGIC_COOKIE_VALUE: &str = "d602bf8f470bc67ca7faa0386276bbdd4330efaf76
 /// The Terraform plugin protocols this bridge speaks.
 pub const PROTOCOLS: &str = "5,6";
 
-const STDERR_TAIL: usize = 20;
 const HANDSHAKE_MAX: u64 = 16 * 1024;
 
 /// Where a provider listens.
@@ -123,7 +123,7 @@ pub(crate) struct Launched {
     pub channel: Channel,
     pub dialer: Dialer,
     pub child: Mutex<Child>,
-    pub stderr: Arc<Mutex<VecDeque<String>>>,
+    pub stderr: StderrTail,
 }
 
 impl Launched {
@@ -201,9 +201,9 @@ pub(crate) async fn launch(path: &Path, timeout: Duration) -> Result<Launched, T
             source: std::io::Error::other("no pipes to the provider"),
         });
     };
-    let stderr = Arc::new(Mutex::new(VecDeque::new()));
-    let stderr_done = forward_stderr(path, stderr_pipe, Arc::clone(&stderr));
-    let tail = |s: &Arc<Mutex<VecDeque<String>>>| s.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
+    // A provider's log is chatty (go-plugin's debug lines): below the info level.
+    let (stderr, stderr_done) = forward_stderr(path, stderr_pipe, tracing::Level::DEBUG);
+    let tail = stderr_lines;
 
     let mut stdout = BufReader::new(stdout);
     let mut line = Vec::new();
@@ -231,7 +231,7 @@ pub(crate) async fn launch(path: &Path, timeout: Duration) -> Result<Launched, T
         Ok(Ok(_)) => {}
     }
     let handshake = parse_handshake(path, &String::from_utf8_lossy(&line))?;
-    drain_stdout(path, stdout);
+    drain_stdout(path, stdout, tracing::Level::DEBUG);
 
     let tls = match &handshake.cert {
         None => None,
@@ -277,38 +277,6 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
-}
-
-/// Forwards the provider's stderr (its log) to `tracing`, keeping its last lines.
-fn forward_stderr(
-    path: &Path,
-    pipe: tokio::process::ChildStderr,
-    tail: Arc<Mutex<VecDeque<String>>>,
-) -> tokio::task::JoinHandle<()> {
-    let provider = path.display().to_string();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(pipe).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "lyra_terraform::stderr", provider = %provider, "{line}");
-            if let Ok(mut t) = tail.lock() {
-                if t.len() == STDERR_TAIL {
-                    t.pop_front();
-                }
-                t.push_back(line);
-            }
-        }
-    })
-}
-
-/// Reads what the provider prints after its handshake, so it never blocks on a full pipe.
-fn drain_stdout(path: &Path, stdout: BufReader<tokio::process::ChildStdout>) {
-    let provider = path.display().to_string();
-    tokio::spawn(async move {
-        let mut lines = stdout.lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "lyra_terraform::stdout", provider = %provider, "{line}");
-        }
-    });
 }
 
 #[cfg(test)]

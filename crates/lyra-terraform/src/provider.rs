@@ -352,13 +352,12 @@ impl TerraformProvider {
         cx: &OpContext<'_>,
         rpc: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, ProviderError> {
-        let cancelled = async {
-            while !cx.cancelled() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
+        let cancelled = lyra_plugin::until_cancelled(cx);
         tokio::select! {
-            r = rpc => r.map(tonic::Response::into_inner).map_err(|s| self.transport_error(instance, &s)),
+            r = rpc => match r {
+                Ok(reply) => Ok(reply.into_inner()),
+                Err(s) => Err(self.transport_error(instance, &s).await),
+            },
             () = cancelled => {
                 // Terraform's interrupt: the provider cancels what it is doing.
                 let rpc = instance.rpc.clone();
@@ -368,14 +367,14 @@ impl TerraformProvider {
         }
     }
 
-    fn transport_error(&self, instance: &Instance, status: &tonic::Status) -> ProviderError {
+    async fn transport_error(&self, instance: &Instance, status: &tonic::Status) -> ProviderError {
         // A process that died is reaped a moment after its socket closes.
         let mut exited = instance.launched.exited();
         for _ in 0..10 {
             if exited.is_some() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            tokio::time::sleep(Duration::from_millis(20)).await;
             exited = instance.launched.exited();
         }
         let how = match exited {
@@ -644,26 +643,16 @@ impl Provider for TerraformProvider {
             }
         };
         let protocol = self.protocol;
-        let result = std::thread::scope(|s| {
-            s.spawn(move || -> Result<Vec<String>, String> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                rt.block_on(async {
-                    let channel = dialer.connect().await.map_err(|e| error_chain(&e))?;
-                    let rpc = Rpc::new(protocol, channel);
-                    let reply = rpc!(&rpc, plan_resource_change, plan_resource_change, request)
-                        .map_err(|s| status_text(&s))?
-                        .into_inner();
-                    if let Some(e) = errors(&reply.diagnostics) {
-                        return Err(e);
-                    }
-                    Ok(reply.requires_replace.iter().map(path_text).collect())
-                })
-            })
-            .join()
-            .unwrap_or_else(|_| Err("the call panicked".to_owned()))
+        let result = lyra_plugin::block_on_own_thread(async {
+            let channel = dialer.connect().await.map_err(|e| error_chain(&e))?;
+            let rpc = Rpc::new(protocol, channel);
+            let reply = rpc!(&rpc, plan_resource_change, plan_resource_change, request)
+                .map_err(|s| status_text(&s))?
+                .into_inner();
+            if let Some(e) = errors(&reply.diagnostics) {
+                return Err(e);
+            }
+            Ok(reply.requires_replace.iter().map(path_text).collect())
         });
         result.unwrap_or_else(|e| {
             tracing::warn!(provider = %self.name, "replace_reasons: {e}");
