@@ -77,10 +77,22 @@ fn the_null_provider_runs_a_workflow_from_the_cli() {
     );
     assert!(plan.stdout.contains("forces replacement"), "{plan}");
     let replaced = lyra.ok_json(&["apply", "nulls", "--var", "rev=2"]);
-    assert_eq!(replaced["counts"]["replaced"], 2, "{replaced:#}");
     let new_ids = lyra.resources("nulls");
-    assert_ne!(new_ids["first"], ids["first"]);
-    assert_ne!(new_ids["second"], ids["second"]);
+    assert_eq!(
+        integration_tests::step(&replaced, "first")["action"],
+        "replace",
+        "{replaced:#}"
+    );
+    // null_resource ids are Go's math/rand from its fixed seed (provider v2.1.2): a fresh
+    // process draws the same first id again. The second follows the first exactly: replaced
+    // when the id it holds changed, untouched when it came out the same.
+    if new_ids["first"] == ids["first"] {
+        assert_eq!(replaced["counts"]["unchanged"], 1, "{replaced:#}");
+        assert_eq!(new_ids["second"], ids["second"]);
+    } else {
+        assert_eq!(replaced["counts"]["replaced"], 2, "{replaced:#}");
+        assert_ne!(new_ids["second"], ids["second"]);
+    }
 
     let deleted = lyra.ok_json(&["delete", "nulls"]);
     assert_eq!(deleted["counts"]["deleted"], 2, "{deleted:#}");
@@ -300,17 +312,29 @@ fn terraform_providers_serve_the_cli_then_the_controller_on_the_same_state() {
     assert_eq!(last["counts"]["created"], 0, "{last:#}");
     assert_eq!(last["counts"]["unchanged"], 3, "{last:#}");
 
-    // A data change: the first is replaced, and what holds its id follows.
+    // A data change: the first is replaced (its id may come out the same: see
+    // `the_null_provider_runs_a_workflow_from_the_cli`), and what holds its id follows.
     cluster.apply("apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: tf\n  namespace: default\nspec:\n  workflowName: tf\n  data:\n    rev: '2'\n");
+    let replaced_first = |runs: &[serde_json::Value]| {
+        runs.iter().any(|r| {
+            r["changes"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["step"] == "first" && c["action"] == "replace"))
+        })
+    };
     let moved = wait_until(Duration::from_secs(120), || {
         let now = lyra.resources(deployment);
-        now.get("first").is_some_and(|f| *f != ids["first"])
+        replaced_first(&lyra.history(deployment))
             && std::fs::read_to_string(root.join("shared.txt")).is_ok_and(|t| t == now["first"])
     });
     assert!(
         moved,
-        "the controller applied the change: {:?}",
-        lyra.resources(deployment)
+        "the controller applied the change: {:?}\n{}",
+        lyra.resources(deployment),
+        cluster
+            .kubectl
+            .run(&["get", "workflow", "tf", "-n", "default", "-o", "yaml"])
+            .stdout
     );
 
     cluster
