@@ -163,6 +163,19 @@ fn a_plugin_beside_the_load_path_serves_the_cli() {
     // Deleted from the state alone, through the plugin.
     lyra.ok(&["delete", "things"]);
     assert_eq!(lyra.read("things.json").trim(), "{}");
+
+    // `Example::Null`, the benchmark's plugin type: no settings, `output` echoes `input`
+    // through the wire and back, and an edit is an update, not a replace.
+    let nulls = "returns: [echo]\nsteps:\n  n:\n    resource: Example::Null\n    value:\n      input: {a: [1, 2]}\n    returns:\n      echo: output\n";
+    lyra.write_workflow("nulls", nulls);
+    let made = lyra.ok_json(&["apply", "nulls"]);
+    assert_eq!(made["counts"]["created"], 1, "{made:#}");
+    assert_eq!(made["returns"]["echo"], serde_json::json!({"a": [1, 2]}), "{made:#}");
+    lyra.write_workflow("nulls", &nulls.replace("[1, 2]", "[3]"));
+    let edited = lyra.ok_json(&["apply", "nulls"]);
+    assert_eq!(edited["counts"]["updated"], 1, "{edited:#}");
+    assert_eq!(edited["returns"]["echo"], serde_json::json!({"a": [3]}), "{edited:#}");
+    lyra.ok(&["delete", "nulls"]);
 }
 
 #[test]

@@ -1,4 +1,8 @@
-//! An example provider plugin: `Example::Thing`, kept in a JSON file.
+//! An example provider plugin: `Example::Thing`, kept in a JSON file, and `Example::Null`.
+//!
+//! `Example::Null` is the built-in `Null::Resource` served from a plugin (`output` echoes
+//! `input`, nothing is stored but the engine's record): the overhead benchmark's yardstick for
+//! what the plugin protocol itself costs per step. It needs no settings.
 //!
 //! Configuration: `Example: {file: <path>}`, the JSON file holding the records (an object
 //! from id to record). A thing's `name` is its natural key, so `lookup` finds a thing made by
@@ -50,6 +54,14 @@ impl Example {
 
     fn thing(&self) -> String {
         format!("{}::Thing", self.namespace)
+    }
+
+    fn null(&self) -> String {
+        format!("{}::Null", self.namespace)
+    }
+
+    fn is_null(&self, cx: &OpContext<'_>) -> bool {
+        cx.type_name.eq_ignore_ascii_case(&self.null())
     }
 
     /// `LYRA_EXAMPLE_CRASH_ON` and `LYRA_EXAMPLE_HANG_ON`.
@@ -125,6 +137,13 @@ fn record(id: &str, name: &str, value: Option<&Value>) -> Map {
     m
 }
 
+/// `desired` plus `output`, the echo of `input`: an `Example::Null`.
+fn echo(desired: &Map) -> Map {
+    let mut actual = desired.clone();
+    actual.insert("output".to_owned(), desired.get("input").cloned().unwrap_or(Value::Null));
+    actual
+}
+
 fn find_by_name(records: &Map, name: &str) -> Option<Created> {
     records.iter().find_map(|(id, r)| {
         let r = r.as_object()?;
@@ -153,6 +172,16 @@ impl Provider for Example {
                 ],
             )
             .doc("A record in a JSON file."),
+            ResourceSchema::new(
+                &self.null(),
+                vec![
+                    AttributeSchema::new("input", Type::Any).doc("Anything."),
+                    AttributeSchema::new("output", Type::Any)
+                        .computed()
+                        .doc("The echo of `input`."),
+                ],
+            )
+            .doc("Nothing but its record in the engine's state, served by a plugin."),
         ]
     }
 
@@ -182,6 +211,16 @@ impl Provider for Example {
     }
 
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
+        if self.is_null(cx) {
+            // Unique enough for a benchmark's records; no state is kept to look it up in.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            return Ok(Created {
+                external_id: format!("null-{}-{nanos:x}", std::process::id()),
+                actual: echo(desired),
+            });
+        }
         let path = file(cx)?;
         let name = name(desired)?;
         self.misbehave(name).await;
@@ -212,8 +251,11 @@ impl Provider for Example {
         &self,
         cx: &OpContext<'_>,
         external_id: &str,
-        _prior: Option<&Map>,
+        prior: Option<&Map>,
     ) -> Result<Option<Map>, ProviderError> {
+        if self.is_null(cx) {
+            return Ok(prior.cloned());
+        }
         let path = file(cx)?;
         let _guard = self.lock.lock().await;
         let records = load(&path).await?;
@@ -227,6 +269,9 @@ impl Provider for Example {
         desired: &Map,
         _prior: &Map,
     ) -> Result<Map, ProviderError> {
+        if self.is_null(cx) {
+            return Ok(echo(desired));
+        }
         let path = file(cx)?;
         let name = name(desired)?;
         let _guard = self.lock.lock().await;
@@ -250,6 +295,9 @@ impl Provider for Example {
     }
 
     async fn delete(&self, cx: &OpContext<'_>, external_id: &str, _prior: &Map) -> Result<(), ProviderError> {
+        if self.is_null(cx) {
+            return Ok(());
+        }
         let path = file(cx)?;
         let _guard = self.lock.lock().await;
         let mut records = load(&path).await?;
@@ -260,6 +308,9 @@ impl Provider for Example {
     }
 
     async fn lookup(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Lookup, ProviderError> {
+        if self.is_null(cx) {
+            return Ok(Lookup::Absent);
+        }
         let path = file(cx)?;
         let name = name(desired)?;
         let _guard = self.lock.lock().await;
