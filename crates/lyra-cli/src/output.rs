@@ -44,7 +44,10 @@ pub struct StepJson<'a> {
 
 #[derive(Serialize)]
 pub struct ChangeJson<'a> {
+    /// The top-level attribute.
     pub attribute: &'a str,
+    /// Where in it the change is: the attribute itself, or a path into it (`config.name`).
+    pub path: &'a str,
     pub old: Value,
     /// `null` with `known_after_apply: true` when the value is not known yet.
     pub new: Value,
@@ -89,6 +92,7 @@ pub fn report_json(r: &Report) -> ReportJson<'_> {
                     .iter()
                     .map(|c| ChangeJson {
                         attribute: &c.attribute,
+                        path: &c.path,
                         old: mask(c, c.old.as_ref()),
                         new: mask(c, c.new.as_ref()),
                         known_after_apply: c.new.is_none(),
@@ -238,13 +242,13 @@ pub fn plan_text(r: &Report) -> String {
             let note = if c.forces_replace { "  # forces replacement" } else { "" };
             match &c.old {
                 None => {
-                    let _ = writeln!(out, "      + {} = {}", c.attribute, value_text(c, c.new.as_ref()));
+                    let _ = writeln!(out, "      + {} = {}", c.path, value_text(c, c.new.as_ref()));
                 }
                 Some(old) => {
                     let _ = writeln!(
                         out,
                         "      ~ {}: {} -> {}{note}",
-                        c.attribute,
+                        c.path,
                         value_text(c, Some(old)),
                         value_text(c, c.new.as_ref())
                     );
@@ -567,6 +571,7 @@ mod tests {
             error: error.map(Into::into),
             changes: vec![AttrChange {
                 attribute: "input".into(),
+                path: "input".into(),
                 old: None,
                 new: Some(Value::from(1)),
                 forces_replace: false,

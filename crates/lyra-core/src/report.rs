@@ -70,10 +70,16 @@ impl Status {
     }
 }
 
-/// One attribute that differs between the recorded/actual and the desired state.
+/// One attribute, or one value deep inside an attribute, that differs between the
+/// recorded/actual and the desired state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttrChange {
+    /// The top-level attribute.
     pub attribute: String,
+    /// Where inside it: `attribute` itself, or a path into it (`config.name`,
+    /// `ports[0].port`, `labels["app.kubernetes.io/name"]`) when only part of an object or
+    /// list changed. See [`crate::engine::change_paths`].
+    pub path: String,
     /// `None`: the attribute is absent now.
     pub old: Option<Value>,
     /// `None`: known only after apply.

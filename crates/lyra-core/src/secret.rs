@@ -244,6 +244,7 @@ mod tests {
             changes: vec![
                 AttrChange {
                     attribute: "echo".into(),
+                    path: "echo".into(),
                     old: Some(json!("was old-s3cret")),
                     new: Some(json!("now public")),
                     forces_replace: false,
@@ -251,6 +252,7 @@ mod tests {
                 },
                 AttrChange {
                     attribute: "size".into(),
+                    path: "size".into(),
                     old: Some(json!(1)),
                     new: None,
                     forces_replace: false,

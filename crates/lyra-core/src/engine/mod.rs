@@ -43,6 +43,7 @@ use crate::value::{Map, Value, dig, too_deep, too_deep_message};
 
 use bind::coerce_opt;
 pub use config::RECORD_KEY as PROVIDER_CONFIG_KEY;
+pub use diff::{PathChange, change_paths};
 use error::{StepError, type_error_text};
 pub use hints::Hints;
 
