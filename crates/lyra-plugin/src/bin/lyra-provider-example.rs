@@ -140,7 +140,10 @@ fn record(id: &str, name: &str, value: Option<&Value>) -> Map {
 /// `desired` plus `output`, the echo of `input`: an `Example::Null`.
 fn echo(desired: &Map) -> Map {
     let mut actual = desired.clone();
-    actual.insert("output".to_owned(), desired.get("input").cloned().unwrap_or(Value::Null));
+    actual.insert(
+        "output".to_owned(),
+        desired.get("input").cloned().unwrap_or(Value::Null),
+    );
     actual
 }
 
