@@ -507,6 +507,8 @@ pub fn changed_attributes(step: &Value) -> Vec<String> {
         })
         .unwrap_or_default();
     attrs.sort();
+    // Several paths into one attribute are one changed attribute.
+    attrs.dedup();
     attrs
 }
 

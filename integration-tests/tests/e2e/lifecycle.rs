@@ -76,8 +76,12 @@ fn changing_one_attribute_updates_exactly_that_resource() {
     assert_eq!(steps_with_action(&plan, "no-op"), ["a", "b"], "{plan:#}");
     let c = step(&plan, "c");
     assert_eq!(changed_attributes(c), ["input"], "{plan:#}");
-    assert_eq!(c["changes"][0]["old"], serde_json::json!({"name": "c", "size": 1}));
-    assert_eq!(c["changes"][0]["new"], serde_json::json!({"name": "c", "size": 2}));
+    // Only the nested value that changed, as a path into the attribute.
+    assert_eq!(c["changes"][0]["path"], "input.size", "{plan:#}");
+    assert_eq!(c["changes"][0]["old"], 1);
+    assert_eq!(c["changes"][0]["new"], 2);
+    let text = lyra.ok(&["plan", "nulls"]).stdout;
+    assert!(text.contains("~ input.size: 1 -> 2"), "{text}");
     assert_eq!(c["status"], "planned");
     assert_eq!(c["external_id"], before["c"].as_str());
     assert_eq!((count(&plan, "updated"), count(&plan, "unchanged")), (1, 2), "{plan:#}");
