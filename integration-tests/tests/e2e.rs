@@ -35,6 +35,7 @@ mod e2e {
     mod failures;
     #[cfg(unix)]
     mod fencing;
+    mod fmt;
     mod fuzz;
     mod guards;
     mod helm_install;

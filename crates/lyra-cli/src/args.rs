@@ -62,6 +62,17 @@ pub enum Command {
     /// Check a workflow and report every problem at once.
     #[command(after_long_help = EXIT_CODES)]
     Validate(WorkflowArgs),
+    /// Rewrite workflow YAML in its canonical layout, keeping comments; `--check` for CI.
+    ///
+    /// Canonical: 2 spaces per level of block mappings and sequences (a sequence under a key is
+    /// indented under it); one space after `key:` and `-`; full-line comments indented with the
+    /// lines around them, one space before a trailing comment's `#`; no trailing whitespace, LF
+    /// line endings, one final newline, runs of blank lines made one. Scalars (quotes, block
+    /// scalars' text), flow collections (`{a: 1}`, `[x, y]`) and comments' text are kept as
+    /// written. A file is rewritten only if the result parses to exactly the same data; a file
+    /// that is not YAML is reported at file:line:column and left alone. See docs/fmt.md.
+    #[command(after_long_help = EXIT_CODES)]
+    Fmt(FmtArgs),
     /// Show what `apply` would change, without changing anything.
     #[command(after_long_help = EXIT_CODES)]
     Plan(RunArgs),
@@ -211,6 +222,24 @@ pub struct WorkflowArgs {
     pub workflows: Option<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct FmtArgs {
+    /// Workflow files, or directories to format every `*.yaml` and `*.yml` beneath (hidden
+    /// ones left out); `-` formats stdin to stdout. Default: the load path (./workflows, or
+    /// . when there is none).
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Write nothing: list the files that are not formatted, and exit 1 if there are any.
+    #[arg(long)]
+    pub check: bool,
+    /// Write nothing: print a unified diff of what formatting would change.
+    #[arg(long)]
+    pub diff: bool,
+    /// The load path, formatted when no PATH is given.
+    #[arg(long, env = "LYRA_WORKFLOWS", value_name = "DIR")]
+    pub workflows: Option<PathBuf>,
 }
 
 /// How registries are reached (credentials: LYRA_REGISTRY_USERNAME and

@@ -62,6 +62,9 @@ impl Exit {
     pub const USAGE: u8 = 2;
     /// Another run holds the deployment's lease.
     pub const LOCKED: u8 = 3;
+    /// Something would change, or has drifted: `plan --detailed-exitcode`, `lyra drift`. Not
+    /// 2, which scripts already read as a usage error.
+    pub const CHANGES: u8 = 4;
     pub const INTERRUPTED: u8 = 130;
 
     pub fn new(code: u8, kind: &'static str, message: impl Into<String>) -> Exit {

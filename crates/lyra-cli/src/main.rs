@@ -3,6 +3,7 @@
 
 mod args;
 mod exit;
+mod fmt_cmd;
 mod load;
 mod locking;
 mod output;
@@ -120,6 +121,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
     match cli.command {
         Command::Providers(a) => providers_cmd::providers(&a, out).await,
         Command::Validate(a) => validate(&a, out).await,
+        Command::Fmt(a) => fmt_cmd::fmt(&a, out),
         Command::Plan(a) => plan_or_apply(&a, false, out).await,
         Command::Apply(a) => plan_or_apply(&a, true, out).await,
         Command::Delete(a) => delete(&a, out).await,

@@ -6,6 +6,7 @@
 pub mod diag;
 pub mod engine;
 pub mod expr;
+pub mod fmt;
 pub mod graph;
 pub mod guard;
 pub mod model;

@@ -83,6 +83,7 @@ fn every_command_prints_one_document_that_matches_its_schema() {
     error(&lyra, &["state", "list"], "no_state", 1);
     doc(&lyra, &["plan", "pair"], 0, "report");
     doc(&lyra, &["validate", "pair"], 0, "validation");
+    doc(&lyra, &["fmt", "--diff"], 0, "fmt");
     let graph = doc(&lyra, &["graph", "pair"], 0, "graph");
     assert_eq!(graph["edges"], serde_json::json!([{"from": "one", "to": "two"}]));
     doc(&lyra, &["crd"], 0, "crd");
