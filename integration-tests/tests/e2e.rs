@@ -14,9 +14,13 @@ mod e2e {
     mod bad_input;
     mod chart;
     mod cli;
+    mod colour;
     mod compat;
     mod computed_attributes;
+    #[cfg(unix)]
+    mod confirm;
     mod controller;
+    mod controller_approval;
     mod controller_deep;
     mod controller_deletes;
     mod controller_events;
@@ -30,6 +34,7 @@ mod e2e {
     mod deep_values;
     mod deployment_names;
     mod docs;
+    mod drift;
     mod encoding;
     mod explain;
     mod failures;
@@ -40,6 +45,7 @@ mod e2e {
     mod guards;
     mod helm_install;
     mod hostile_urls;
+    mod import;
     mod json_output;
     mod kube_concurrency;
     mod kube_emulator;
@@ -51,6 +57,7 @@ mod e2e {
     mod lifecycle;
     #[cfg(unix)]
     mod load_path;
+    mod output;
     mod packages;
     mod parallel;
     mod plugins;
@@ -59,11 +66,13 @@ mod e2e {
     mod rbac;
     mod real_providers;
     mod registration;
+    mod saved_plans;
     mod secrets;
     mod sharing;
     #[cfg(unix)]
     mod signals;
     mod state_cmds;
+    mod target;
     mod terraform;
     mod unknown;
 }

@@ -11,6 +11,8 @@ Exit codes:
   1    a step failed, or the workflow or its input is invalid
   2    usage error (bad arguments, workflow not found)
   3    the deployment is locked by another run (see --lock-timeout)
+  4    changes pending: `plan --detailed-exitcode`, `delete --dry-run --detailed-exitcode`
+       or drift found: `drift`
   130  interrupted (Ctrl-C, SIGTERM or SIGHUP)
 
 The first Ctrl-C (or SIGTERM, SIGHUP) lets running steps finish and be recorded and starts no
@@ -47,6 +49,10 @@ pub struct Cli {
         value_name = "DIR"
     )]
     pub plugins: Vec<PathBuf>,
+    /// No colour, even on a terminal (as NO_COLOR=1 does). Colour is only ever written to a
+    /// terminal; CLICOLOR_FORCE=1 writes it to pipes too.
+    #[arg(long, global = true)]
+    pub no_color: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -74,16 +80,38 @@ pub enum Command {
     #[command(after_long_help = EXIT_CODES)]
     Fmt(FmtArgs),
     /// Show what `apply` would change, without changing anything.
+    ///
+    /// With --out FILE the plan is saved, for `lyra show FILE` and `lyra apply FILE`, which
+    /// applies exactly it or refuses when anything it was made from has changed (see
+    /// docs/saved-plans.md).
     #[command(after_long_help = EXIT_CODES)]
-    Plan(RunArgs),
+    Plan(PlanArgs),
     /// Create, update and delete resources until the deployment matches the workflow.
+    ///
+    /// Given a plan file (`lyra plan --out FILE`) where the workflow goes, applies exactly that
+    /// plan: the workflow, data and `--var`s are read again from where the plan read them (give
+    /// the same `--var`s), the state and the plan are checked under the deployment's lease, and
+    /// if anything moved since the plan was made nothing is changed (exit 1, `stale_plan`).
     #[command(after_long_help = EXIT_CODES)]
     Apply(RunArgs),
+    /// Print a plan saved by `lyra plan --out FILE`, and what it was made from.
+    #[command(after_long_help = EXIT_CODES)]
+    Show(ShowArgs),
     /// Delete every resource of a deployment, in reverse dependency order.
     ///
     /// Needs only the state, not the workflow: the state records what depends on what.
     #[command(after_long_help = EXIT_CODES)]
     Delete(DeleteArgs),
+    /// Report what changed behind Lyra's back: read every recorded resource and compare.
+    ///
+    /// Each resource the deployment records is read through its provider (with the settings it
+    /// was recorded with; no workflow is needed) and every attribute whose value differs from
+    /// the recorded one is listed, nested values as paths (`config.name`). Secret values are
+    /// reported changed, never shown. Writes nothing, and so takes no lease, unless
+    /// --refresh-state. Read-only (`external_id`) resources are read too; pending ones (an
+    /// interrupted create) are listed as not checked.
+    #[command(after_long_help = DRIFT_EXIT_CODES)]
+    Drift(DriftArgs),
     /// Print the dependency graph of a workflow (DOT or Mermaid).
     Graph(GraphArgs),
     /// Inspect, repair and move the recorded state.
@@ -91,6 +119,25 @@ pub enum Command {
     State(StateCommand),
     /// Show the runs of a deployment, newest first.
     History(HistoryArgs),
+    /// Print a deployment's returns, as its last succeeded apply recorded them.
+    ///
+    /// All of them as `name: value` lines, or one by NAME: a string as it is (for
+    /// `$(lyra output web url)`), anything else as JSON. Secret (Sensitive) returns are
+    /// recorded masked and shown as `(sensitive)`; asking for one by NAME fails. When
+    /// the latest apply failed or was cancelled, the returns of the one before it are shown,
+    /// with a note on stderr; after a delete there are none.
+    #[command(after_long_help = EXIT_CODES)]
+    Output(OutputArgs),
+    /// Adopt a resource that exists into a step of a deployment, then show the plan.
+    ///
+    /// The resource is read by its id (what `lyra state show` lists as the external id, e.g.
+    /// a Foobernetes instance's id, a Postgres role's name) and recorded as the step's, under
+    /// the deployment's lease, as an `import` run in the history. Nothing is created, changed
+    /// or deleted: the plan printed after is what the next apply would change to make it
+    /// match the workflow. The step must be one of the workflow's own resource steps (not
+    /// inside a collection or a call, and without `external_id:`) with no resource recorded.
+    #[command(after_long_help = EXIT_CODES)]
+    Import(ImportArgs),
     /// Package a workflow and everything it calls as an OCI artifact; print its digest.
     ///
     /// Writes an OCI image layout: a directory, or a `.tar` of one when --out ends in `.tar`
@@ -115,6 +162,30 @@ pub enum Command {
     /// Register a package as a Kubernetes kind of its own (creates or updates a
     /// WorkflowDefinition; lyra-controller generates the CRD and runs every object of it).
     Register(RegisterArgs),
+    /// Approve the plan a Kubernetes object with `approval: Manual` waits on.
+    ///
+    /// Reads the object's `status.plan` (what lyra-controller planned, secrets masked), shows
+    /// it, asks on a terminal (unless --yes), and sets the annotation
+    /// `lyra.dev/approve-plan` to the plan's hash. The controller applies only while that
+    /// hash is the hash of the plan it computes then: if anything moved meanwhile, a new plan
+    /// waits instead. Refused (exit 1) when no plan awaits approval. See docs/approval.md.
+    #[command(after_long_help = EXIT_CODES)]
+    Approve(ApproveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The object's name (a `Workflow`, or an object of the kind --kind names).
+    pub name: String,
+    /// The object's namespace. Default: the kubeconfig context's.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// A registered kind (its Kind, plural, or `plural.group`) instead of `Workflow`.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
+    /// Approve without asking (it never asks when stdin is not a terminal, or under -o json).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]
@@ -328,8 +399,35 @@ pub struct RunArgs {
     /// (postgres://USER@HOST/DB, optionally ?schema=NAME). Default: ./.lyra/state.db.
     #[arg(long, env = "LYRA_STATE", hide_env_values = true, value_name = "URL")]
     pub state: Option<String>,
+    /// Only this step of the workflow (one of its own, as `lyra graph` names them) and the
+    /// steps it depends on; repeatable. The rest of the deployment is left as recorded and
+    /// nothing is deleted as garbage, so the deployment may be left partially applied: a run
+    /// without --target converges it all. Not with saved plans.
+    #[arg(long = "target", value_name = "STEP")]
+    pub targets: Vec<String>,
     #[command(flatten)]
     pub exec: ExecArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Save the plan to FILE (written atomically, readable by its owner only), for `lyra show
+    /// FILE` and `lyra apply FILE`. Creates the state store if there is none: the file is
+    /// bound to it.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Exit 0 when nothing would change, 4 when something would, 1 on error (2 stays a usage
+    /// error).
+    #[arg(long)]
+    pub detailed_exitcode: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// A plan file written by `lyra plan --out FILE`.
+    pub file: PathBuf,
 }
 
 /// How a run that changes things is executed.
@@ -355,6 +453,10 @@ pub struct ExecArgs {
     /// Print a line per step even when stderr is not a terminal.
     #[arg(short, long)]
     pub verbose: bool,
+    /// `apply` and `delete` on a terminal show the plan and ask before changing anything;
+    /// this answers yes. They never ask when stdin is not a terminal, or under `-o json`.
+    #[arg(short = 'y', long)]
+    pub yes: bool,
     #[command(flatten)]
     pub lock: LockArgs,
 }
@@ -419,6 +521,56 @@ pub struct DeleteArgs {
     /// Show what would be deleted, without deleting.
     #[arg(long)]
     pub dry_run: bool,
+    /// Only the resources of this step (a recorded step id, or a step they are inside, as
+    /// `lyra state show` lists them) and, first, every resource recorded as built from them;
+    /// repeatable. The rest of the deployment stays.
+    #[arg(long = "target", value_name = "STEP")]
+    pub targets: Vec<String>,
+    /// With --dry-run: exit 0 when nothing would be deleted, 4 when something would.
+    #[arg(long, requires = "dry_run")]
+    pub detailed_exitcode: bool,
+}
+
+const DRIFT_EXIT_CODES: &str = "\
+Exit codes:
+  0    no drift: every resource is as recorded
+  1    a resource could not be read (the report lists it), or another failure
+  2    usage error
+  3    --refresh-state: the deployment is locked by another run (see --lock-timeout)
+  4    drift found: an attribute differs, or a resource is gone (also when --refresh-state
+       recorded it)
+  130  interrupted (Ctrl-C, SIGTERM or SIGHUP)
+
+A resource found gone keeps its record, with --refresh-state too: the next apply makes it
+again, or `lyra state rm` forgets it. With -o json the report is one JSON document on stdout;
+see docs/json-output.md.";
+
+#[derive(Debug, Args)]
+pub struct DriftArgs {
+    /// The deployment to check.
+    #[arg(value_parser = DeploymentName)]
+    pub deployment: String,
+    /// Record what was read as the resources' actual state, changing no resource: the next
+    /// plan then shows the update that reverts the drift. Takes the deployment's lease and is
+    /// kept in the history as a `refresh` run.
+    #[arg(long)]
+    pub refresh_state: bool,
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// At most this many resources read at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+    /// Where the Foobernetes provider keeps its imaginary cloud.
+    #[arg(
+        long,
+        env = "LYRA_FOOBERNETES_FILE",
+        default_value = "deployment.json",
+        value_name = "FILE"
+    )]
+    pub foobernetes_file: PathBuf,
+    /// The lease `--refresh-state` takes.
+    #[command(flatten)]
+    pub lock: LockArgs,
 }
 
 #[derive(Debug, Args)]
@@ -511,6 +663,48 @@ pub struct StateMigrateArgs {
     pub keep_source: bool,
     #[command(flatten)]
     pub lock: LockArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The deployment to adopt the resource into (created if it is not recorded yet).
+    #[arg(value_parser = DeploymentName)]
+    pub deployment: String,
+    /// The workflow step that is to manage it.
+    pub step: String,
+    /// The resource's id, as its provider names it.
+    pub external_id: String,
+    /// The workflow the step is in. Default: the one last applied to the deployment, else
+    /// the workflow named like the deployment.
+    #[arg(long, value_name = "WF")]
+    pub workflow: Option<String>,
+    /// Directory holding workflows (the load path). Default: ./workflows.
+    #[arg(long, env = "LYRA_WORKFLOWS", value_name = "DIR")]
+    pub workflows: Option<PathBuf>,
+    /// Data for lookups (YAML), for the provider settings and the plan. Default: ./data.yaml.
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<PathBuf>,
+    /// Set a data value, overriding the data file; repeatable.
+    #[arg(long = "var", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    /// Where state is kept (see `lyra apply --help`).
+    #[arg(long, env = "LYRA_STATE", hide_env_values = true, value_name = "URL")]
+    pub state: Option<String>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// The deployment whose returns to print.
+    #[arg(value_parser = DeploymentName)]
+    pub deployment: String,
+    /// Only this return.
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub state: StateArgs,
 }
 
 #[derive(Debug, Args)]

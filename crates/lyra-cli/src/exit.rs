@@ -1,5 +1,5 @@
 //! Exit statuses scripts can trust: 0 success, 1 failure, 2 usage error, 3 locked by another
-//! run, 130 interrupted. And the one way a command that cannot do its work says so: text on
+//! run, 4 changes pending (only when asked: `--detailed-exitcode`), 130 interrupted. And the one way a command that cannot do its work says so: text on
 //! stderr, or under `-o json` the error document on stdout (`{"error": {...}}`, see
 //! docs/json-output.md).
 
@@ -50,8 +50,14 @@ pub mod kind {
     pub const LEASE_LOST: &str = "lease_lost";
     /// What the command would write is already there (exit 1).
     pub const CONFLICT: &str = "conflict";
+    /// `apply FILE`: something the saved plan was made from moved since (exit 1).
+    pub const STALE_PLAN: &str = "stale_plan";
     /// Ctrl-C, SIGTERM or SIGHUP (exit 130).
     pub const INTERRUPTED: &str = "interrupted";
+    /// The question before an apply or delete was not answered `yes`: nothing changed (exit 1).
+    pub const DECLINED: &str = "declined";
+    /// `approve`: the object has no plan awaiting approval (exit 1).
+    pub const NOT_AWAITING: &str = "not_awaiting";
     /// Anything else: writing output, starting the runtime (exit 1).
     pub const FAILED: &str = "failed";
 }

@@ -3,7 +3,7 @@
 //! `--check` and `--diff` write nothing; `-` formats stdin to stdout.
 
 use std::collections::HashSet;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use lyra_core::diag::{Diagnostics, Sources, Span};
@@ -73,7 +73,7 @@ pub fn fmt(a: &FmtArgs, out: Output) -> Result<(), Exit> {
                 before,
                 text,
                 changed: true,
-            } if !a.check && !a.diff => match write_atomically(path, &text) {
+            } if !a.check && !a.diff => match crate::files::replace(path, text.as_bytes(), crate::files::Mode::Keep) {
                 Ok(()) => Outcome::Formatted {
                     before,
                     text,
@@ -283,41 +283,6 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
             files.push(path);
         }
     }
-    Ok(())
-}
-
-/// Replaces a file's contents all at once: a temporary file beside it (in the directory of
-/// the file a link points to, so the link stays), synced, with the file's permissions, renamed
-/// over it. A reader or a crash sees the old file or the new one, never half of it.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let real = std::fs::canonicalize(path)?;
-    let meta = std::fs::metadata(&real)?;
-    if meta.permissions().readonly() {
-        // Renaming over it would succeed, and silently change a file its owner protected.
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "the file is read-only",
-        ));
-    }
-    let dir = real.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".lyra-fmt-")
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().set_permissions(meta.permissions())?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        // Only root can give a file to another owner; for a file of our own this changes
-        // nothing, and otherwise the file becomes ours, as any editor's save would make it.
-        let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(meta.uid()), Some(meta.gid()));
-    }
-    tmp.as_file().sync_all()?;
-    tmp.persist(&real).map_err(|e| e.error)?;
-    // The rename itself is durable once the directory is synced.
-    #[cfg(unix)]
-    std::fs::File::open(dir)?.sync_all()?;
     Ok(())
 }
 

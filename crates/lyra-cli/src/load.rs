@@ -88,6 +88,32 @@ pub fn parse_target(
 }
 
 /// [`parse_target`], with invalid workflows as a failure exit.
+/// The workflow a run (plan, apply) runs: located, loaded and checked. Unless the deployment
+/// is `named`, the workflow's name names it, so the deployment name rule holds for it too. A
+/// package's run records its main workflow pinned by digest (`web@sha256:…`), so the history
+/// says exactly what ran; steps are named by the root step, not by this name.
+pub async fn load_run(
+    workflow: &WorkflowArgs,
+    named: bool,
+    schemas: &SchemaRegistry,
+    sources: &mut Sources,
+) -> Result<(Target, Program), Exit> {
+    let target = locate_target(workflow).await?;
+    if !named {
+        lyra_core::names::check_deployment_name(target.name()).map_err(|why| {
+            Exit::usage(format!(
+                "the workflow's name {:?} cannot name a deployment: {why}; give one with --name",
+                target.name()
+            ))
+        })?;
+    }
+    let mut program = load_target(&target, schemas, sources)?;
+    if let Target::Package(p) = &target {
+        std::sync::Arc::make_mut(&mut program.main).name = p.pinned_name();
+    }
+    Ok((target, program))
+}
+
 pub fn load_target(target: &Target, schemas: &SchemaRegistry, sources: &mut Sources) -> Result<Program, Exit> {
     parse_target(target, schemas, sources)?.map_err(|d| Exit::invalid(&d, sources))
 }

@@ -1,16 +1,23 @@
 //! `lyra`: the command line. Thin: it parses arguments, reads files, wires the engine to the
 //! state store and providers, and prints. All semantics live in `lyra-core`.
 
+mod approve_cmd;
 mod args;
+mod confirm;
+mod drift_cmd;
 mod exit;
+mod files;
 mod fmt_cmd;
+mod import_cmd;
 mod load;
 mod locking;
 mod output;
+mod output_cmd;
 mod package_cmd;
 mod progress;
 mod providers_cmd;
 mod register;
+mod saved_plan;
 mod signals;
 mod state_cmd;
 mod transfer;
@@ -45,6 +52,9 @@ fn main() -> ExitCode {
         Err(e) => return ExitCode::from(usage_error(&e)),
     };
     let output = cli.output;
+    if cli.no_color {
+        anstream::ColorChoice::Never.write_global();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -122,9 +132,24 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         Command::Providers(a) => providers_cmd::providers(&a, out).await,
         Command::Validate(a) => validate(&a, out).await,
         Command::Fmt(a) => fmt_cmd::fmt(&a, out),
-        Command::Plan(a) => plan_or_apply(&a, false, out).await,
-        Command::Apply(a) => plan_or_apply(&a, true, out).await,
+        Command::Plan(a) => match &a.out {
+            Some(_) if !a.run.targets.is_empty() => Err(Exit::usage(
+                "a saved plan (--out) cannot be --target-ed yet: plan it whole",
+            )),
+            Some(file) => saved_plan::plan(&a, file, out).await,
+            None => plan_or_apply(&a.run, false, a.detailed_exitcode, out).await,
+        },
+        // A plan file where the workflow goes: told apart by its content, not its name.
+        Command::Apply(a) => match saved_plan::detect(Path::new(&a.workflow.workflow))? {
+            Some(_) if !a.targets.is_empty() => Err(Exit::usage(
+                "a saved plan applies as it was made: --target does not apply to it",
+            )),
+            Some(plan) => saved_plan::apply(&a, plan, out).await,
+            None => plan_or_apply(&a, true, false, out).await,
+        },
+        Command::Show(a) => saved_plan::show(&a, out),
         Command::Delete(a) => delete(&a, out).await,
+        Command::Drift(a) => drift_cmd::drift(&a, out).await,
         Command::Graph(a) => graph(&a, out).await,
         Command::Package(a) => package_cmd::package(&a, out).await,
         Command::Push(a) => package_cmd::push(&a, out).await,
@@ -140,11 +165,14 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             StateCommand::Migrate(a) => state_cmd::migrate(&a, out).await,
         },
         Command::History(a) => state_cmd::history(&a, out).await,
+        Command::Output(a) => output_cmd::output(&a, out).await,
+        Command::Import(a) => import_cmd::import(&a, out).await,
         Command::Crd => match out {
             Output::Json => json(&lyra_k8s::crd::crd_json()),
             Output::Text => print(&lyra_k8s::crd_yaml()),
         },
         Command::Register(a) => register::register(&a, out).await,
+        Command::Approve(a) => approve_cmd::approve(&a, out).await,
     }
 }
 
@@ -167,6 +195,16 @@ pub async fn providers_with_plugins(config: &ProvidersConfig, workflows: Option<
     providers
 }
 
+/// [`providers_with_plugins`] with the Foobernetes cloud at `foobernetes_file`: what every
+/// command that runs resources uses.
+pub async fn providers_for(foobernetes_file: &Path, workflows: Option<&Path>) -> Providers {
+    let config = ProvidersConfig {
+        foobernetes_file: foobernetes_file.to_path_buf(),
+        ..ProvidersConfig::default()
+    };
+    providers_with_plugins(&config, workflows).await
+}
+
 /// Writes to stderr. Messages for people are not worth failing (or panicking) over: a closed
 /// or full stderr must not stop an apply half-way.
 pub fn warn(s: &str) {
@@ -184,7 +222,18 @@ pub fn printed() -> bool {
 /// Writes to stdout; a closed pipe (`lyra ... | head`) is not an error.
 pub fn print(s: &str) -> Result<(), Exit> {
     PRINTED.store(true, Ordering::SeqCst);
-    let mut out = std::io::stdout().lock();
+    write_out(&mut std::io::stdout().lock(), s)
+}
+
+/// [`print`] for text with colours in it (a plan): they stay only on a terminal, without
+/// NO_COLOR or --no-color (CLICOLOR_FORCE=1 keeps them). Not for anything the user wrote or
+/// a machine reads: stripping would change its bytes.
+pub fn print_styled(s: &str) -> Result<(), Exit> {
+    PRINTED.store(true, Ordering::SeqCst);
+    write_out(&mut anstream::stdout().lock(), s)
+}
+
+fn write_out(out: &mut impl std::io::Write, s: &str) -> Result<(), Exit> {
     match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Exit::failure(format!("writing output: {e}"))),
         _ => Ok(()),
@@ -323,7 +372,7 @@ fn finish_report(r: &Report, out: Output, plan: bool, lost: Option<Exit>) -> Res
         (Output::Json, None) => json(&output::report_json(r))?,
         (Output::Text, lost) => {
             if plan {
-                print(&output::plan_text(r))?;
+                print_styled(&output::plan_coloured(r))?;
             } else {
                 warn(&output::result_text(r));
                 print(&output::returns_text(&output::masked_returns(r)))?;
@@ -385,38 +434,53 @@ fn engine<'a>(
     }
 }
 
+/// `--target`s must name steps there are: a typo would otherwise run nothing, successfully.
+fn check_targets(targets: &[String], known: &[String]) -> Result<(), Exit> {
+    for t in targets {
+        if !known.contains(t) {
+            let near = near_names(t, known.iter().map(String::as_str));
+            let hint = if near.is_empty() {
+                format!("the workflow's steps: {}", known.join(", "))
+            } else {
+                format!("did you mean: {}?", near.join(", "))
+            };
+            return Err(Exit::usage(format!("--target {t}: the workflow has no step '{t}'"))
+                .with("did_you_mean", &near)
+                .hint(&hint));
+        }
+    }
+    Ok(())
+}
+
+/// The question before a run was not answered `yes`.
+fn declined_exit(what: &str) -> Exit {
+    Exit::new(
+        Exit::FAILURE,
+        kind::DECLINED,
+        format!("{what} cancelled: nothing was changed"),
+    )
+}
+
 fn fenced(e: &StoreError) -> bool {
     e.kind == StoreErrorKind::LeaseLost
 }
 
-async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<(), Exit> {
-    let providers = providers_with_plugins(
-        &ProvidersConfig {
-            foobernetes_file: a.exec.foobernetes_file.clone(),
-            ..ProvidersConfig::default()
-        },
-        a.workflow.workflows.as_deref(),
-    )
-    .await;
-    let target = load::locate_target(&a.workflow).await?;
-    if a.name.is_none() {
-        // A workflow file named anyhow names its deployment: the name rule holds for it too.
-        lyra_core::names::check_deployment_name(target.name()).map_err(|why| {
-            Exit::usage(format!(
-                "the workflow's name {:?} cannot name a deployment: {why}; give one with --name",
-                target.name()
-            ))
-        })?;
-    }
+async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Output) -> Result<(), Exit> {
+    let providers = providers_for(&a.exec.foobernetes_file, a.workflow.workflows.as_deref()).await;
     let mut sources = Sources::default();
-    let mut program = load::load_target(&target, providers.schemas(), &mut sources)?;
-    if let load::Target::Package(p) = &target {
-        // The run records the main workflow's name as its workflow: for a package, pinned
-        // by digest (`web@sha256:…`), so the history says exactly what ran. Steps are named
-        // by the root step, not by this name, so nothing else changes.
-        Arc::make_mut(&mut program.main).name = p.pinned_name();
-    }
+    let (target, program) = load::load_run(&a.workflow, a.name.is_some(), providers.schemas(), &mut sources).await?;
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
+    check_targets(&a.targets, &lyra_core::engine::target_names(&program))?;
+    if !a.targets.is_empty() {
+        warn(&format!(
+            "warning: only {} and what {} depend{} on {}: the rest of the deployment is left as it is \
+             (a run without --target converges it all)\n",
+            a.targets.join(", "),
+            if a.targets.len() == 1 { "it" } else { "they" },
+            if a.targets.len() == 1 { "s" } else { "" },
+            if apply { "is applied" } else { "is planned" },
+        ));
+    }
     let deployment = a.name.clone().unwrap_or_else(|| target.name().to_owned());
     let cancel = Arc::new(AtomicBool::new(false));
     let progress = progress::Progress::new(a.exec.verbose);
@@ -433,16 +497,20 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
         };
         signals::install(Arc::clone(&cancel), out);
         let result = engine(&a.exec, &providers, store.as_ref(), observer, &sources, &cancel)
-            .plan(&program, &deployment, &data)
+            .plan_targets(&program, &deployment, &data, &a.targets)
             .await;
         progress.finish();
         let report = result.map_err(|e| engine_error(e, &sources))?;
-        return finish_report(&report, out, true, None);
+        finish_report(&report, out, true, None)?;
+        return saved_plan::pending(&report, detailed);
     }
     let store = open_state(a.state.as_deref()).await?;
     signals::install(Arc::clone(&cancel), out);
     let (program, data, name) = (&program, &data, &deployment);
     let (providers, sources_ref, cancel_ref) = (&providers, &sources, &cancel);
+    let ask = confirm::wanted(a.exec.yes, out);
+    let declined = AtomicBool::new(false);
+    let declined_ref = &declined;
     let (result, kept) = locking::under_lease(
         &store,
         &deployment,
@@ -450,31 +518,59 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, out: Output) -> Result<()
         &a.exec.lock,
         &cancel,
         |leased| async move {
+            if ask {
+                // Planned under the lease: what is shown is what the apply starts from.
+                let plan = engine(&a.exec, providers, leased.recorder(), &Quiet, sources_ref, cancel_ref)
+                    .plan_targets(program, name, data, &a.targets)
+                    .await?;
+                if saved_plan::changes(&plan) {
+                    let _ = print_styled(&output::plan_coloured(&plan));
+                    if !confirm::ask(&format!("Apply these changes to deployment '{name}'?")).await {
+                        declined_ref.store(true, Ordering::SeqCst);
+                        return Ok(plan);
+                    }
+                }
+            }
             engine(&a.exec, providers, leased.recorder(), observer, sources_ref, cancel_ref)
-                .apply(program, name, data, &actor())
+                .apply_targets(program, name, data, &actor(), &a.targets)
                 .await
         },
     )
     .await?;
     progress.finish();
+    if declined.load(Ordering::SeqCst) {
+        return Err(declined_exit("apply"));
+    }
     finish_leased(result, kept, &deployment, &sources, out)
 }
 
 async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
-    let providers = providers_with_plugins(
-        &ProvidersConfig {
-            foobernetes_file: a.exec.foobernetes_file.clone(),
-            ..ProvidersConfig::default()
-        },
-        None,
-    )
-    .await;
+    let providers = providers_for(&a.exec.foobernetes_file, None).await;
     let url = a.state.state.as_deref();
     let store = open_existing(url).await?;
     // Deleting a deployment that is not recorded is a mistake to report (a typo), not a
     // success, and must not record anything.
-    if store.load(&a.deployment).await.map_err(Exit::state)?.is_none() {
+    let Some(recorded) = store.load(&a.deployment).await.map_err(Exit::state)? else {
         return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
+    };
+    for t in &a.targets {
+        if !recorded
+            .resources
+            .iter()
+            .any(|r| lyra_core::engine::target_covers(t, &r.step_id))
+        {
+            let ids: Vec<&str> = recorded.resources.iter().map(|r| r.step_id.as_str()).collect();
+            let near = near_names(t, ids.iter().copied());
+            return Err(Exit::new(
+                Exit::FAILURE,
+                kind::NOT_FOUND,
+                format!("--target {t}: deployment '{}' records no step '{t}'", a.deployment),
+            )
+            .with("deployment", &a.deployment)
+            .with("step", t)
+            .with("did_you_mean", &near)
+            .hint("`lyra state show` lists the recorded steps"));
+        }
     }
     let cancel = Arc::new(AtomicBool::new(false));
     signals::install(Arc::clone(&cancel), out);
@@ -482,13 +578,17 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
     let sources = Sources::default();
     if a.dry_run {
         let result = engine(&a.exec, &providers, store.as_ref(), &progress, &sources, &cancel)
-            .plan_delete(&a.deployment)
+            .plan_delete_targets(&a.deployment, &a.targets)
             .await;
         progress.finish();
         let report = result.map_err(|e| engine_error(e, &sources))?;
-        return finish_report(&report, out, true, None);
+        finish_report(&report, out, true, None)?;
+        return saved_plan::pending(&report, a.detailed_exitcode);
     }
     let (providers, progress_ref, sources_ref, cancel_ref) = (&providers, &progress, &sources, &cancel);
+    let ask = confirm::wanted(a.exec.yes, out);
+    let declined = AtomicBool::new(false);
+    let declined_ref = &declined;
     let (result, kept) = locking::under_lease(
         &store,
         &a.deployment,
@@ -496,6 +596,19 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
         &a.exec.lock,
         &cancel,
         |leased| async move {
+            if ask {
+                let plan = engine(&a.exec, providers, leased.recorder(), &Quiet, sources_ref, cancel_ref)
+                    .plan_delete_targets(&a.deployment, &a.targets)
+                    .await?;
+                if saved_plan::changes(&plan) {
+                    let _ = print_styled(&output::plan_coloured(&plan));
+                    let question = format!("Delete these resources of deployment '{}'?", a.deployment);
+                    if !confirm::ask(&question).await {
+                        declined_ref.store(true, Ordering::SeqCst);
+                        return Ok(plan);
+                    }
+                }
+            }
             engine(
                 &a.exec,
                 providers,
@@ -504,12 +617,15 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
                 sources_ref,
                 cancel_ref,
             )
-            .delete(&a.deployment, &actor())
+            .delete_targets(&a.deployment, &actor(), &a.targets)
             .await
         },
     )
     .await?;
     progress.finish();
+    if declined.load(Ordering::SeqCst) {
+        return Err(declined_exit("delete"));
+    }
     finish_leased(result, kept, &a.deployment, &sources, out)
 }
 

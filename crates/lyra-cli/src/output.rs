@@ -172,6 +172,33 @@ pub fn graph_json<'a>(workflow: &'a str, g: &'a lyra_core::graph::Graph) -> Grap
     }
 }
 
+/// Colours of the plan's marks, the way diff and Terraform use them. Written into the text;
+/// `print` strips them unless stdout is a terminal that wants colour (see `crate::print`).
+mod paint {
+    use anstyle::{AnsiColor, Style};
+
+    pub const CREATE: Style = AnsiColor::Green.on_default();
+    pub const UPDATE: Style = AnsiColor::Yellow.on_default();
+    pub const DELETE: Style = AnsiColor::Red.on_default();
+    pub const FAILED: Style = AnsiColor::Red.on_default().bold();
+    pub const SUMMARY: Style = Style::new().bold();
+
+    pub fn paint(style: Style, text: &str) -> String {
+        format!("{style}{text}{style:#}")
+    }
+}
+
+/// An action's mark, coloured.
+fn mark(a: Action) -> String {
+    let style = match a {
+        Action::Create => paint::CREATE,
+        Action::Update => paint::UPDATE,
+        Action::Replace | Action::Delete | Action::Forget => paint::DELETE,
+        Action::Read | Action::Noop | Action::Group => return sign(a).to_owned(),
+    };
+    paint::paint(style, sign(a))
+}
+
 fn sign(a: Action) -> &'static str {
     match a {
         Action::Create => "+",
@@ -199,9 +226,15 @@ fn label(s: &StepReport) -> String {
     }
 }
 
-/// A plan, Terraform-style: one block per resource that changes, each step that failed or
-/// was skipped with why, then a summary line.
+/// [`plan_coloured`] without its colours: for files and comparisons.
 pub fn plan_text(r: &Report) -> String {
+    anstream::adapter::strip_str(&plan_coloured(r)).to_string()
+}
+
+/// A plan, Terraform-style: one block per resource that changes, each step that failed or
+/// was skipped with why, then a summary line. Its marks are coloured; `print` strips the
+/// colours where they do not belong.
+pub fn plan_coloured(r: &Report) -> String {
     let mut out = String::new();
     let mut steps: Vec<&StepReport> = r.steps.iter().collect();
     steps.sort_by(|a, b| a.id.cmp(&b.id));
@@ -211,9 +244,10 @@ pub fn plan_text(r: &Report) -> String {
             // the news, not the change it would have made.
             (_, status @ (Status::Failed | Status::Skipped)) => {
                 let what = if status == Status::Failed { "failed" } else { "skipped" };
+                let bang = paint::paint(paint::FAILED, "!");
                 match &s.error {
-                    Some(e) => writeln!(out, "  ! {} {what}: {e}", label(s)),
-                    None => writeln!(out, "  ! {} {what}", label(s)),
+                    Some(e) => writeln!(out, "  {bang} {} {what}: {e}", label(s)),
+                    None => writeln!(out, "  {bang} {} {what}", label(s)),
                 }
                 .ok();
                 continue;
@@ -226,7 +260,7 @@ pub fn plan_text(r: &Report) -> String {
                 continue;
             }
             (Action::Replace, _) => {
-                let _ = writeln!(out, "-/+ {} will be replaced", label(s));
+                let _ = writeln!(out, "{} {} will be replaced", mark(Action::Replace), label(s));
             }
             (a, _) => {
                 let verb = match a {
@@ -235,19 +269,21 @@ pub fn plan_text(r: &Report) -> String {
                     Action::Delete => "deleted",
                     _ => "forgotten (not deleted: read-only)",
                 };
-                let _ = writeln!(out, "  {} {} will be {verb}", sign(a), label(s));
+                let _ = writeln!(out, "  {} {} will be {verb}", mark(a), label(s));
             }
         }
         for c in &s.changes {
             let note = if c.forces_replace { "  # forces replacement" } else { "" };
             match &c.old {
                 None => {
-                    let _ = writeln!(out, "      + {} = {}", c.path, value_text(c, c.new.as_ref()));
+                    let plus = paint::paint(paint::CREATE, "+");
+                    let _ = writeln!(out, "      {plus} {} = {}", c.path, value_text(c, c.new.as_ref()));
                 }
                 Some(old) => {
                     let _ = writeln!(
                         out,
-                        "      ~ {}: {} -> {}{note}",
+                        "      {} {}: {} -> {}{note}",
+                        paint::paint(paint::UPDATE, "~"),
                         c.path,
                         value_text(c, Some(old)),
                         value_text(c, c.new.as_ref())
@@ -282,8 +318,13 @@ pub fn plan_text(r: &Report) -> String {
     } else {
         let _ = writeln!(
             out,
-            "Plan: {} to create, {} to update, {} to replace, {} to delete, {} unchanged.",
-            c.created, c.updated, c.replaced, c.deleted, c.unchanged
+            "{} {} to create, {} to update, {} to replace, {} to delete, {} unchanged.",
+            paint::paint(paint::SUMMARY, "Plan:"),
+            c.created,
+            c.updated,
+            c.replaced,
+            c.deleted,
+            c.unchanged
         );
     }
     out

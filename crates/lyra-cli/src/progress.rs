@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -17,6 +17,9 @@ pub struct Progress {
     lines: bool,
     done: AtomicUsize,
     running: AtomicUsize,
+    /// The spinner turns from the first step on, not before: a plan shown and a question
+    /// asked before the run (see `confirm`) must not be drawn over.
+    ticking: AtomicBool,
     /// Steps that started and have not finished: not every finished step started (skips).
     started: Mutex<HashSet<String>>,
 }
@@ -27,7 +30,6 @@ impl Progress {
         let bar = if tty {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             b.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
-            b.enable_steady_tick(Duration::from_millis(100));
             b
         } else {
             ProgressBar::hidden()
@@ -37,6 +39,7 @@ impl Progress {
             lines: tty || verbose,
             done: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
+            ticking: AtomicBool::new(false),
             started: Mutex::new(HashSet::new()),
         }
     }
@@ -53,8 +56,24 @@ impl Progress {
     }
 
     fn update(&self) {
+        if self.bar.is_hidden() {
+            return;
+        }
         let (d, r) = (self.done.load(Ordering::Relaxed), self.running.load(Ordering::Relaxed));
-        self.bar.set_message(format!("{d} done, {r} running"));
+        // Which steps a long run is waiting on: a few of them, by name (at most `concurrency`
+        // are running).
+        let mut running: Vec<String> = self.started.lock().expect("progress lock").iter().cloned().collect();
+        running.sort();
+        let mut names = running.into_iter().take(3).collect::<Vec<_>>().join(", ");
+        if r > 3 {
+            names.push_str(", …");
+        }
+        let names = if names.is_empty() {
+            String::new()
+        } else {
+            format!(": {names}")
+        };
+        self.bar.set_message(format!("{d} done, {r} running{names}"));
     }
 
     pub fn finish(&self) {
@@ -64,6 +83,9 @@ impl Progress {
 
 impl Observer for Progress {
     fn step_started(&self, id: &str, type_name: &str) {
+        if !self.bar.is_hidden() && !self.ticking.swap(true, Ordering::Relaxed) {
+            self.bar.enable_steady_tick(Duration::from_millis(100));
+        }
         self.started.lock().expect("progress lock").insert(id.to_owned());
         self.running.fetch_add(1, Ordering::Relaxed);
         self.update();

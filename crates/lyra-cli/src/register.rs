@@ -9,7 +9,6 @@ use lyra_core::engine::{Engine, Quiet};
 use lyra_core::state::Recorder;
 use lyra_k8s::register::{self, Preview, Request};
 use lyra_package::{Reference, RegistryOptions};
-use lyra_providers::ProvidersConfig;
 use serde_json::json;
 
 use crate::args::{Output, RegisterArgs};
@@ -30,14 +29,7 @@ pub async fn register(a: &RegisterArgs, out: Output) -> Result<(), Exit> {
     );
     // A tag is resolved once, here: the definition names the digest.
     let pinned = reference.pinned(&package.digest).to_string();
-    let providers = crate::providers_with_plugins(
-        &ProvidersConfig {
-            foobernetes_file: a.foobernetes_file.clone(),
-            ..ProvidersConfig::default()
-        },
-        None,
-    )
-    .await;
+    let providers = crate::providers_for(&a.foobernetes_file, None).await;
     let mut sources = Sources::default();
     let program = lyra_core::program::load(
         &package.manifest.name,
@@ -183,7 +175,7 @@ async fn dry_run(
         };
         match &plan {
             Ok(report) => {
-                for line in output::plan_text(report).lines() {
+                for line in output::plan_coloured(report).lines() {
                     text.push_str(&format!("  {line}\n"));
                 }
             }
@@ -206,7 +198,7 @@ async fn dry_run(
             "changes": preview.changes.iter().map(change_json).collect::<Vec<_>>(),
             "instances": instances,
         })),
-        Output::Text => print(&text),
+        Output::Text => crate::print_styled(&text),
     }
 }
 

@@ -2,7 +2,7 @@
 //! document, separate from the store's rows and the engine's types, so either can change
 //! without breaking files people keep.
 
-use lyra_core::state::{ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord};
+use lyra_core::state::{ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunReturns};
 use lyra_core::value::Map;
 use lyra_state::{DeploymentExport, RunRecord};
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,9 @@ pub struct RunFile {
     pub error: Option<String>,
     #[serde(default)]
     pub note: Option<String>,
+    /// A succeeded apply's returns (`lyra output`); absent in files from before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub returns: Option<RunReturns>,
 }
 
 /// A step a run changed, in the history. Files written before `step` was the one name for a
@@ -161,6 +164,7 @@ impl DeploymentFile {
                         .collect(),
                     error: r.error.clone(),
                     note: r.note.clone(),
+                    returns: r.returns.clone(),
                 })
                 .collect(),
         }
@@ -202,6 +206,7 @@ impl DeploymentFile {
                         .collect(),
                     error: r.error,
                     note: r.note,
+                    returns: r.returns,
                 })
             })
             .collect::<Result<_, String>>()?;

@@ -56,6 +56,11 @@ impl Sources {
         self.files.get(id.0 as usize)
     }
 
+    /// Every file, in the order they were added.
+    pub fn files(&self) -> &[SourceFile] {
+        &self.files
+    }
+
     /// `file:line:col` for a span.
     pub fn location(&self, span: Span) -> String {
         let name = self.get(span.file).map_or("<unknown>", |f| f.name.as_str());

@@ -7,6 +7,7 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
 use crate::engine::Hints;
 use crate::value::Map;
@@ -108,6 +109,44 @@ pub fn unreadable_message(deployment: &str, unreadable: &[UnreadableRecord], hin
     )
 }
 
+/// Everything recorded about a deployment as one value, records sorted by step and nothing
+/// left to the store's order: what digests of "the state a plan read" are made of (saved plans,
+/// Kubernetes approvals). Secret values are in it: digest it keyed, never show it.
+pub fn fingerprint_value(state: Option<&DeploymentState>) -> Value {
+    let Some(s) = state else { return Value::Null };
+    let mut records: Vec<&ResourceRecord> = s.resources.iter().collect();
+    records.sort_by(|a, b| a.step_id.cmp(&b.step_id));
+    let records: Vec<Value> = records
+        .into_iter()
+        .map(|r| {
+            json!({
+                "step": r.step_id,
+                "type": r.type_name,
+                "external_id": r.external_id,
+                "desired": r.desired,
+                "actual": r.actual,
+                "depends_on": r.depends_on,
+                "managed": r.managed,
+                "pending": r.pending,
+                "sensitive": r.sensitive,
+                "create_key": r.create_key,
+            })
+        })
+        .collect();
+    let mut unreadable: Vec<Value> = s
+        .unreadable
+        .iter()
+        .map(|u| json!({"step": u.step_id, "type": u.type_name, "error": u.error}))
+        .collect();
+    unreadable.sort_by_key(crate::value::canonical_json);
+    json!({
+        "deployment": s.name,
+        "workflow": s.workflow,
+        "resources": records,
+        "unreadable": unreadable,
+    })
+}
+
 /// What a run does to its deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,15 +159,19 @@ pub enum Operation {
     Forget,
     /// `lyra state import` / `migrate`: the deployment's state was written from elsewhere.
     Import,
+    /// `lyra drift --refresh-state`: what the providers read was recorded as the resources'
+    /// actual state; no resource was changed.
+    Refresh,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 5] = [
+    pub const ALL: [Operation; 6] = [
         Operation::Apply,
         Operation::Delete,
         Operation::Unlock,
         Operation::Forget,
         Operation::Import,
+        Operation::Refresh,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -138,6 +181,7 @@ impl Operation {
             Operation::Unlock => "unlock",
             Operation::Forget => "forget",
             Operation::Import => "import",
+            Operation::Refresh => "refresh",
         }
     }
 
@@ -206,6 +250,18 @@ pub struct RunEnd {
     pub error: Option<String>,
     /// A human note kept in the history (e.g. whose lease an unlock broke).
     pub note: Option<String>,
+    /// What a succeeded apply returned (`lyra output`); `None` for every other run.
+    pub returns: Option<RunReturns>,
+}
+
+/// A workflow's returns as an apply recorded them, secret ones masked: the history keeps no
+/// secret.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReturns {
+    pub values: Map,
+    /// The names of the returns whose values are secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitive: Vec<String>,
 }
 
 /// Identifier of a run in the history.

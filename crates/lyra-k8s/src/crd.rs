@@ -17,6 +17,11 @@ pub const FINALIZER: &str = "lyra.dev/cleanup";
 /// Changing this annotation's value asks for a run; the value handled last is echoed in
 /// `status.lastHandledReconcileAt`.
 pub const RECONCILE_REQUESTED_AT: &str = "lyra.dev/reconcile-requested-at";
+/// With `approval: Manual`, the hash of the plan (`status.plan.hash`) a person approved: the
+/// controller applies only while it equals the hash of the plan computed now.
+pub const APPROVE_PLAN: &str = "lyra.dev/approve-plan";
+/// The condition that says a plan waits for approval (`approval: Manual`).
+pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
 
 /// A Lyra workflow deployed to the cluster: the controller applies it and keeps it applied.
 // Clippy reads the repeated `printcolumn(type_ = ...)` arguments as duplicated attributes.
@@ -51,6 +56,12 @@ pub const RECONCILE_REQUESTED_AT: &str = "lyra.dev/reconcile-requested-at";
         json_path = ".status.progress",
         description = "Steps done / total"
     ),
+    printcolumn(
+        name = "Approval",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"AwaitingApproval\")].reason",
+        description = "With approval Manual: PlanReady (a plan awaits approval), ApprovalStale, Approved"
+    ),
     printcolumn(name = "Message", type_ = "string", json_path = ".status.message", priority = 0),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -82,6 +93,19 @@ pub struct WorkflowSpec {
     /// While true, nothing is applied. Deleting the object still cleans up.
     #[serde(default)]
     pub suspend: bool,
+    /// `Automatic` (default): changes are applied as they come. `Manual`: the plan is
+    /// published in `status.plan` and applied only once the object's `lyra.dev/approve-plan`
+    /// annotation holds its hash (`lyra approve`). Deletion is never gated.
+    #[serde(default)]
+    pub approval: Approval,
+}
+
+/// Whether a plan that changes something is applied at once or waits for a person.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum Approval {
+    #[default]
+    Automatic,
+    Manual,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
@@ -183,6 +207,73 @@ pub struct WorkflowStatus {
     /// The value of the `lyra.dev/reconcile-requested-at` annotation last acted upon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// With `approval: Manual`: the plan that waits for approval (absent when none does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanStatus>,
+    /// With `approval: Manual`: the hash of the last approved plan that was applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_plan: Option<String>,
+}
+
+/// A plan waiting for approval. Secret values show as `(sensitive)`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStatus {
+    /// `sha256:<hex>`: approve by setting the `lyra.dev/approve-plan` annotation to it.
+    pub hash: String,
+    /// The generation the plan was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// `2 to create, 1 to update, 0 to replace, 0 to delete, 3 unchanged`.
+    pub summary: String,
+    #[serde(default)]
+    pub create: i32,
+    #[serde(default)]
+    pub update: i32,
+    #[serde(default)]
+    pub replace: i32,
+    #[serde(default)]
+    pub delete: i32,
+    #[serde(default)]
+    pub unchanged: i32,
+    /// One entry per step the plan changes, by step id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<PlanChange>,
+    /// Changes left out to keep the status small (the hash covers them all).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changes_omitted: i32,
+}
+
+/// What the plan does to one step.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanChange {
+    /// The step's id in the deployment (`appServers/1`).
+    pub step: String,
+    /// Resource type, `Ns::Type`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// `create`, `update`, `replace`, `delete`, `forget`.
+    pub action: String,
+    /// The attributes that change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<PlanAttribute>,
+}
+
+/// One attribute (or a path into one) that changes; values as JSON text.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanAttribute {
+    /// `attribute`, or a path into it (`config.name`).
+    pub path: String,
+    /// Absent: the attribute is not set now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<String>,
+    /// Absent: known only after apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forces_replace: bool,
 }
 
 /// One resource step.
@@ -298,7 +389,10 @@ mod tests {
             .flatten()
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(columns, ["Workflow", "Phase", "Ready", "Steps", "Message", "Age"]);
+        assert_eq!(
+            columns,
+            ["Workflow", "Phase", "Ready", "Steps", "Approval", "Message", "Age"]
+        );
     }
 
     #[test]
@@ -320,6 +414,7 @@ mod tests {
         .unwrap();
         assert_eq!(wf.spec.deletion_policy, DeletionPolicy::Delete);
         assert!(!wf.spec.suspend);
+        assert_eq!(wf.spec.approval, Approval::Automatic);
         assert_eq!(wf.spec.refresh_interval, None);
         assert_eq!(
             wf.spec.data.as_ref().unwrap().value("spec.data").unwrap()["aws.tags.Name"],

@@ -29,9 +29,9 @@ use lyra_core::model::{ParamSource, Workflow};
 use lyra_core::types::Type;
 use serde_json::{Map, Value, json};
 
-use crate::crd::DeletionPolicy;
+use crate::crd::{Approval, DeletionPolicy};
 
-/// The spec key that holds Lyra's own settings (deletion policy, suspend, refresh interval)
+/// The spec key that holds Lyra's own settings (deletion policy, suspend, approval, refresh interval)
 /// in every registered kind; no parameter may take it.
 pub const SETTINGS_KEY: &str = "lyra";
 /// The API group of registered kinds unless their definition names another.
@@ -239,6 +239,15 @@ fn settings_schema() -> JSONSchemaProps {
                 },
             ),
             (
+                "approval".to_owned(),
+                JSONSchemaProps {
+                    enum_: Some(vec![JSON(json!("Automatic")), JSON(json!("Manual"))]),
+                    ..string(
+                        "`Automatic` (default): changes are applied as they come. `Manual`: the plan waits in `status.plan` until the `lyra.dev/approve-plan` annotation holds its hash (`lyra approve`). Deletion is never gated.",
+                    )
+                },
+            ),
+            (
                 "refreshInterval".to_owned(),
                 JSONSchemaProps {
                     pattern: Some(r"^([0-9]+(ms|s|m|h))+$".to_owned()),
@@ -404,6 +413,12 @@ pub fn generate_crd(
                     column("Phase", "string", ".status.phase", ""),
                     column("Ready", "string", ".status.conditions[?(@.type==\"Ready\")].status", ""),
                     column("Steps", "string", ".status.progress", "Steps done / total"),
+                    column(
+                        "Approval",
+                        "string",
+                        ".status.conditions[?(@.type==\"AwaitingApproval\")].reason",
+                        "With approval Manual: PlanReady (a plan awaits approval), ApprovalStale, Approved",
+                    ),
                     column("Age", "date", ".metadata.creationTimestamp", ""),
                 ]),
                 ..Default::default()
@@ -662,6 +677,7 @@ pub struct InstanceSpec {
     pub secret_refs: Vec<SecretRef>,
     pub deletion_policy: DeletionPolicy,
     pub suspend: bool,
+    pub approval: Approval,
     pub refresh_interval: Option<String>,
 }
 
@@ -722,11 +738,21 @@ impl InstanceSpec {
                 ));
             }
         };
+        let approval = match setting("approval").and_then(Value::as_str) {
+            None | Some("Automatic") => Approval::Automatic,
+            Some("Manual") => Approval::Manual,
+            Some(other) => {
+                return Err(format!(
+                    "spec.{SETTINGS_KEY}.approval: {other:?} is not Automatic or Manual"
+                ));
+            }
+        };
         Ok(InstanceSpec {
             data,
             secret_refs,
             deletion_policy,
             suspend: setting("suspend").and_then(Value::as_bool).unwrap_or(false),
+            approval,
             refresh_interval: setting("refreshInterval").and_then(Value::as_str).map(str::to_owned),
         })
     }

@@ -7,6 +7,7 @@
 //! so the CLI sees (and is refused by) the controller's runs, and the other way round.
 
 pub mod admission;
+pub mod approval;
 pub mod controller;
 pub mod crd;
 pub mod data;

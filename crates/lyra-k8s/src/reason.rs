@@ -25,6 +25,13 @@ pub enum Reason {
     Suspended,
     /// Another holder has the deployment's lease: not a failure, the run waits for it.
     Locked,
+    // Approval (`approval: Manual`).
+    /// A plan that changes something waits for approval; nothing is applied.
+    PlanReady,
+    /// The approval names a plan that is no longer the plan: a new one waits instead.
+    ApprovalStale,
+    /// The approved plan is being (or was) applied.
+    Approved,
     // What a run did to one resource (events).
     Created,
     Updated,
@@ -43,6 +50,8 @@ pub enum Reason {
     /// The run stopped before its end: the controller shut down, or the lease was lost.
     Interrupted,
     ApplyFailed,
+    /// Planning (for approval) failed: a provider read failed, say.
+    PlanFailed,
     DeleteFailed,
     StepFailed,
     /// Every failed step was refused by its provider (bad provider settings, a provider this
@@ -76,6 +85,9 @@ impl Reason {
             Reason::Orphaned => "Orphaned",
             Reason::Suspended => "Suspended",
             Reason::Locked => "Locked",
+            Reason::PlanReady => "PlanReady",
+            Reason::ApprovalStale => "ApprovalStale",
+            Reason::Approved => "Approved",
             Reason::Created => "Created",
             Reason::Updated => "Updated",
             Reason::Replaced => "Replaced",
@@ -90,6 +102,7 @@ impl Reason {
             Reason::StateUnavailable => "StateUnavailable",
             Reason::Interrupted => "Interrupted",
             Reason::ApplyFailed => "ApplyFailed",
+            Reason::PlanFailed => "PlanFailed",
             Reason::DeleteFailed => "DeleteFailed",
             Reason::StepFailed => "StepFailed",
             Reason::ProviderRefused => "ProviderRefused",
@@ -122,6 +135,7 @@ impl Reason {
             Reason::StateUnavailable
             | Reason::Interrupted
             | Reason::ApplyFailed
+            | Reason::PlanFailed
             | Reason::DeleteFailed
             | Reason::StepFailed
             | Reason::PackageUnavailable
@@ -134,6 +148,9 @@ impl Reason {
             | Reason::Orphaned
             | Reason::Suspended
             | Reason::Locked
+            | Reason::PlanReady
+            | Reason::ApprovalStale
+            | Reason::Approved
             | Reason::Created
             | Reason::Updated
             | Reason::Replaced
@@ -205,7 +222,7 @@ pub fn classify(e: &EngineError) -> ErrorClass {
 mod tests {
     use super::*;
 
-    const ALL: [Reason; 25] = [
+    const ALL: [Reason; 29] = [
         Reason::Progressing,
         Reason::Applying,
         Reason::Applied,
@@ -231,6 +248,10 @@ mod tests {
         Reason::DeleteFailed,
         Reason::StepFailed,
         Reason::ProviderRefused,
+        Reason::PlanReady,
+        Reason::ApprovalStale,
+        Reason::Approved,
+        Reason::PlanFailed,
     ];
 
     #[test]
@@ -252,7 +273,14 @@ mod tests {
                 r.as_str().starts_with("Invalid") || r.as_str().starts_with("Workflow") || r == Reason::ProviderRefused;
             assert_eq!(r.class() == Some(ErrorClass::Terminal), input, "{r}");
         }
-        for r in [Reason::Applied, Reason::Locked, Reason::Created, Reason::Suspended] {
+        for r in [
+            Reason::Applied,
+            Reason::Locked,
+            Reason::Created,
+            Reason::Suspended,
+            Reason::PlanReady,
+            Reason::ApprovalStale,
+        ] {
             assert_eq!(r.class(), None, "{r}");
         }
         assert_eq!(Failure::new(Reason::Applied, "").class(), ErrorClass::Retryable);

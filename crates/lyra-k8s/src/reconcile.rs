@@ -28,7 +28,8 @@ use lyra_state::lease::{self, LeaseError, LeaseOptions, Leased};
 use lyra_state::{Lease, Store};
 use tokio::sync::watch;
 
-use crate::crd::{DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
+use crate::approval::{self, PlanInputs};
+use crate::crd::{Approval, DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
 use crate::inline;
 use crate::metrics::Metrics;
 use crate::reason::{Failure, Reason, engine_reason, lookup_reason};
@@ -158,6 +159,10 @@ pub struct Job {
     pub refresh_interval: Option<String>,
     pub deletion_policy: DeletionPolicy,
     pub suspend: bool,
+    /// `Manual`: a plan that changes something waits for approval (see [`crate::approval`]).
+    pub approval: Approval,
+    /// The `lyra.dev/approve-plan` annotation: the hash of the plan a person approved.
+    pub approved: Option<String>,
     /// The `lyra.dev/reconcile-requested-at` annotation.
     pub requested_at: Option<String>,
     /// Input that cannot be read yet (a Secret that is not there): unlike a bad spec, it is
@@ -206,6 +211,8 @@ impl Job {
             refresh_interval: spec.refresh_interval.clone(),
             deletion_policy: spec.deletion_policy,
             suspend: spec.suspend,
+            approval: spec.approval,
+            approved: approved(&wf.metadata),
             requested_at: requested_at(&wf.metadata),
             unavailable: None,
             key,
@@ -218,6 +225,14 @@ pub(crate) fn requested_at(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(crate::crd::RECONCILE_REQUESTED_AT))
+        .cloned()
+}
+
+/// The `lyra.dev/approve-plan` annotation of any object Lyra runs.
+pub(crate) fn approved(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::crd::APPROVE_PLAN))
         .cloned()
 }
 
@@ -326,6 +341,8 @@ struct Memo {
     generation: Option<i64>,
     digest: Option<String>,
     requested_at: Option<String>,
+    /// The approval annotation seen: a new one is a reason to plan again.
+    approved: Option<String>,
     at: Instant,
     outcome: MemoOutcome,
 }
@@ -333,6 +350,9 @@ struct Memo {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum MemoOutcome {
     Applied,
+    /// A plan waits for approval: planned again when the object (or its approval) changes,
+    /// or at the refresh interval.
+    Awaiting,
     Stalled,
     Failed {
         attempts: u32,
@@ -542,12 +562,29 @@ impl Runtime {
         t.status.workflow = Some(name.clone());
         t.status.deployment = Some(deployment.clone());
         let cancel = Arc::new(AtomicBool::new(false));
-        let (tr, cancel_ref, sources_ref) = (&mut *t, &cancel, &sources);
+        let (tr, cancel_ref, sources_ref, name_ref) = (&mut *t, &cancel, &sources, &name);
         // The run borrows these; they are used again after it.
         let (deployment, now) = (&deployment, &now);
         let ran = self
             .under_lease(job, "apply", &cancel, |leased| async move {
-                let message = format!("applying workflow {name} to deployment {deployment}");
+                // Planned under the lease, so the state the hash covers is the state the
+                // apply starts from.
+                let approved = match job.approval {
+                    Approval::Automatic => None,
+                    Approval::Manual => {
+                        let inputs = Gate {
+                            name: name_ref,
+                            program: &program,
+                            data: &data,
+                            sources: sources_ref,
+                        };
+                        match self.gate(job, &leased, &inputs, cancel_ref).await {
+                            Ok(approved) => approved,
+                            Err(held) => return Ok(held),
+                        }
+                    }
+                };
+                let message = format!("applying workflow {name_ref} to deployment {deployment}");
                 self.start_run(tr, job, &leased, false, now, message).await?;
                 let forward = self.forward_shutdown(cancel_ref);
                 let result = self
@@ -555,10 +592,10 @@ impl Runtime {
                     .apply(&program, deployment, &data, &owner)
                     .await;
                 forward.abort();
-                Ok::<_, ReconcileError>(result)
+                Ok::<_, ReconcileError>(Gated::Ran(result, approved))
             })
             .await;
-        let (result, kept) = match ran {
+        let (gated, kept) = match ran {
             Ok(ran) => ran,
             Err(Refusal::Held(holder)) => return self.wait_for_lease(job, t, &holder, false).await,
             Err(Refusal::Store(message)) => {
@@ -574,9 +611,28 @@ impl Runtime {
             }
         };
         t.status.lease_holder = None;
+        let (result, approved) = match gated? {
+            Gated::Ran(result, approved) => (result, approved),
+            Gated::Held(plan) => return self.hold(job, t, *plan, refresh).await,
+            Gated::PlanFailed(Ok(report)) => {
+                let message = status::first_failure(&report).unwrap_or_else(|| "the plan failed".to_owned());
+                // As for an apply: refusals only wait for a change, anything else is retried.
+                let failed: Vec<&StepReport> = report.steps.iter().filter(|s| s.status == Status::Failed).collect();
+                let reason = if !failed.is_empty() && failed.iter().all(|s| s.refused) {
+                    Reason::ProviderRefused
+                } else {
+                    Reason::PlanFailed
+                };
+                let message = format!("planning for approval: {}", origin.rewrite(&message));
+                return self
+                    .fail(job, t, Failure::new(reason, message), Phase::Failed, false)
+                    .await;
+            }
+            Gated::PlanFailed(Err(e)) => (Err(e), None),
+        };
         // A write refused because the lease was no longer ours is a lost lease, not a store
         // failure.
-        let result = match result? {
+        let result = match result {
             Err(EngineError::Store(e)) if fenced(&e) => {
                 tracing::warn!(deployment = %deployment, error = %e, "a write was refused: the lease was lost");
                 return self
@@ -611,6 +667,9 @@ impl Runtime {
             (t.status.returns, t.status.returns_omitted) = status::fit_returns(&report, status::RETURNS_BUDGET);
             t.status.last_handled_reconcile_at = job.requested_at.clone();
             t.status.digest = job.digest().map(str::to_owned);
+            if approved.is_some() {
+                t.status.applied_plan = approved;
+            }
             judge(&mut t.status, &Verdict::Applied, job.generation, now);
             self.remember(job, MemoOutcome::Applied);
             t.flush().await?;
@@ -651,6 +710,116 @@ impl Runtime {
         };
         self.fail(job, t, Failure::new(reason, message), Phase::Failed, true)
             .await
+    }
+
+    /// `approval: Manual`, under the deployment's lease: plans, and says whether to apply.
+    /// `Ok(None)`: the plan changes nothing, so needs no approval; `Ok(Some(hash))`: the
+    /// object approves exactly this plan; `Err`: nothing is to be applied (the plan waits,
+    /// or planning failed).
+    async fn gate(
+        &self,
+        job: &Job,
+        leased: &Leased,
+        g: &Gate<'_>,
+        cancel: &AtomicBool,
+    ) -> Result<Option<String>, Gated> {
+        let deployment = job.key.deployment();
+        let recorder = leased.recorder();
+        let state = recorder
+            .load(&deployment)
+            .await
+            .map_err(|e| Gated::PlanFailed(Err(EngineError::Store(e))))?;
+        let plan = self
+            .engine(recorder, g.sources, cancel)
+            .plan(g.program, &deployment, g.data)
+            .await
+            .map_err(|e| Gated::PlanFailed(Err(e)))?;
+        if plan.failed() {
+            return Err(Gated::PlanFailed(Ok(plan)));
+        }
+        if !approval::changes_anything(&plan) {
+            return Ok(None);
+        }
+        let inputs = PlanInputs {
+            deployment: &deployment,
+            workflow: g.name,
+            digest: job.digest(),
+            sources: g.sources,
+            data: g.data,
+            state: state.as_ref(),
+        };
+        let hash = approval::plan_hash(recorder.store_id(), &plan, &inputs);
+        if job.approved.as_deref() == Some(hash.as_str()) {
+            return Ok(Some(hash));
+        }
+        Err(Gated::Held(Box::new(Held { report: plan, hash })))
+    }
+
+    /// A plan waits for approval: published in `status.plan`, with the `AwaitingApproval`
+    /// condition and an event when it is new. Nothing was applied.
+    async fn hold(
+        &self,
+        job: &Job,
+        t: &mut Tracker<'_>,
+        held: Held,
+        refresh: Option<Duration>,
+    ) -> Result<Next, ReconcileError> {
+        let now = Time(Timestamp::now());
+        let Held { report, hash } = held;
+        // An approval of the plan applied last is no approval of this one, but not stale
+        // either: it simply predates this plan.
+        let stale = job
+            .approved
+            .as_ref()
+            .is_some_and(|a| *a != hash && t.status.applied_plan.as_ref() != Some(a));
+        let short = approval::short_hash(&hash);
+        let summary = approval::summary(&report);
+        let kind = job
+            .key
+            .kind
+            .as_ref()
+            .map(|k| format!(" --kind {k}"))
+            .unwrap_or_default();
+        let how = format!(
+            "approve it with `lyra approve {} -n {}{kind}` (sets the annotation {}={hash})",
+            job.key.name,
+            job.key.namespace,
+            crate::crd::APPROVE_PLAN
+        );
+        let (reason, message) = if stale {
+            (
+                Reason::ApprovalStale,
+                format!(
+                    "the approval names another plan ({}), so nothing was applied; plan {short} awaits approval instead ({summary}): {how}",
+                    approval::short_hash(job.approved.as_deref().unwrap_or_default())
+                ),
+            )
+        } else {
+            (
+                Reason::PlanReady,
+                format!("plan {short} awaits approval ({summary}): {how}"),
+            )
+        };
+        let news = t.status.plan.as_ref().map(|p| &p.hash) != Some(&hash)
+            || status::condition(&t.status, status::AWAITING_APPROVAL)
+                .is_none_or(|c| c.status != "True" || c.reason != reason.as_str());
+        t.status.plan = Some(approval::plan_status(&report, hash, job.generation));
+        t.status.last_handled_reconcile_at = job.requested_at.clone();
+        judge(
+            &mut t.status,
+            &Verdict::AwaitingApproval {
+                reason,
+                message: message.clone(),
+            },
+            job.generation,
+            &now,
+        );
+        self.remember(job, MemoOutcome::Awaiting);
+        t.flush().await?;
+        if news {
+            t.reporter.publish(note(stale, reason, "Plan", message)).await;
+        }
+        Ok(Next::Requeue(refresh.unwrap_or(self.settings.idle_requeue)))
     }
 
     /// Tears the deployment down (or forgets it, with `Orphan`). `Ok(Next::Done)` only when
@@ -1153,6 +1322,7 @@ impl Runtime {
                 generation: job.generation,
                 digest: job.digest().map(str::to_owned),
                 requested_at: job.requested_at.clone(),
+                approved: job.approved.clone(),
                 at: Instant::now(),
                 outcome,
             },
@@ -1287,10 +1457,11 @@ fn decide(
         m.is_for(job)
             && m.generation == job.generation
             && m.requested_at == job.requested_at
+            && m.approved == job.approved
             && m.digest.as_deref() == job.digest()
     }) {
         return match m.outcome {
-            MemoOutcome::Applied => refreshed(now.saturating_duration_since(m.at)),
+            MemoOutcome::Applied | MemoOutcome::Awaiting => refreshed(now.saturating_duration_since(m.at)),
             MemoOutcome::Stalled | MemoOutcome::Deleted => Decision::Idle,
             MemoOutcome::Failed { next_at, .. }
             | MemoOutcome::DeleteFailed { next_at, .. }
@@ -1486,6 +1657,30 @@ fn sensitive_data(program: &Program, data: &Map) -> Secrets {
         }
     }
     secrets
+}
+
+/// What a Manual object's plan is made from (see [`Runtime::gate`]).
+struct Gate<'a> {
+    name: &'a str,
+    program: &'a Program,
+    data: &'a Map,
+    sources: &'a Sources,
+}
+
+/// A plan that waits for approval, and its hash.
+struct Held {
+    report: Report,
+    hash: String,
+}
+
+/// What an apply under the lease came to.
+enum Gated {
+    /// The apply ran (and, with `approval: Manual`, the hash of the plan it was approved as).
+    Ran(Result<Report, EngineError>, Option<String>),
+    /// A plan waits for approval: nothing was applied.
+    Held(Box<Held>),
+    /// Planning for approval failed: nothing was applied.
+    PlanFailed(Result<Report, EngineError>),
 }
 
 /// Why a lease was not taken.

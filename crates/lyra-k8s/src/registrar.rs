@@ -809,6 +809,8 @@ async fn instance_job(
         refresh_interval: None,
         deletion_policy: Default::default(),
         suspend: false,
+        approval: Default::default(),
+        approved: crate::reconcile::approved(&obj.metadata),
         requested_at: crate::reconcile::requested_at(&obj.metadata),
         unavailable: None,
     };
@@ -821,6 +823,7 @@ async fn instance_job(
     };
     job.deletion_policy = parsed.deletion_policy;
     job.suspend = parsed.suspend;
+    job.approval = parsed.approval;
     job.refresh_interval = parsed.refresh_interval.clone();
     let mut parsed = parsed;
     if !deleting {

@@ -12,6 +12,7 @@ use crate::reason::Reason;
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
+pub use crate::crd::AWAITING_APPROVAL;
 
 // What the status may hold. An object is limited to about 1.5 MiB (etcd's request limit), and
 // the status shares it with the spec; these keep the status at a few hundred KiB whatever
@@ -49,6 +50,9 @@ pub enum Verdict {
     WaitingForLease { message: String, deleting: bool },
     /// `spec.suspend` is true.
     Suspended,
+    /// `approval: Manual` and the plan (in `status.plan`) changes something: nothing is
+    /// applied until it is approved. `reason` is `PlanReady` or `ApprovalStale`.
+    AwaitingApproval { reason: Reason, message: String },
 }
 
 /// Applies `verdict` to `status` for `generation`: conditions (with `lastTransitionTime`
@@ -123,6 +127,15 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
             };
             (phase, message.clone())
         }
+        Verdict::AwaitingApproval { reason, message } => {
+            // Not ready (the spec is not applied) and still in progress: it moves once a
+            // person approves, so `kubectl wait --for=condition=Ready` keeps waiting.
+            set(READY, false, *reason, message);
+            set(RECONCILING, true, *reason, message);
+            set(STALLED, false, *reason, "");
+            set(AWAITING_APPROVAL, true, *reason, message);
+            (Phase::Pending, message.clone())
+        }
         Verdict::Suspended => {
             let message = "suspended: nothing is applied while spec.suspend is true".to_owned();
             if !ready_before {
@@ -133,9 +146,36 @@ pub fn judge(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<
             (status.phase.unwrap_or(Phase::Pending), message)
         }
     };
+    settle_approval(status, verdict, generation, now);
     status.phase = Some(phase);
     status.message = Some(one_line(&message));
     status.observed_generation = generation;
+}
+
+/// Outside `AwaitingApproval`, no plan waits: the condition (if the object ever had one)
+/// turns False and `status.plan` goes. Waiting for the lease changes neither: the plan is
+/// looked at again once the lease is had.
+fn settle_approval(status: &mut WorkflowStatus, verdict: &Verdict, generation: Option<i64>, now: &Time) {
+    let reason = match verdict {
+        Verdict::AwaitingApproval { .. } | Verdict::WaitingForLease { .. } => return,
+        Verdict::Running { deleting: false } => Reason::Approved,
+        Verdict::Running { deleting: true } => Reason::Deleting,
+        Verdict::Applied => Reason::Applied,
+        Verdict::Retrying { reason, .. } | Verdict::Stalled { reason, .. } => *reason,
+        Verdict::Suspended => Reason::Suspended,
+    };
+    status.plan = None;
+    if condition(status, AWAITING_APPROVAL).is_some() {
+        set_condition(
+            &mut status.conditions,
+            AWAITING_APPROVAL,
+            false,
+            reason.as_str(),
+            "",
+            generation,
+            now,
+        );
+    }
 }
 
 /// Sets one condition; `lastTransitionTime` changes only when its status does.

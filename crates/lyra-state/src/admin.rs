@@ -71,6 +71,7 @@ pub async fn record_edit(
                 changes,
                 error: None,
                 note: Some(note),
+                returns: None,
             },
         )
         .await

@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::{DeploymentExport, Fence, Lease, LeaseGrant, LeaseRequest, RunRecord, Store};
 use futures::future::join_all;
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunStart, StoreErrorKind,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunReturns, RunStart,
+    StoreErrorKind,
 };
 use lyra_core::value::{MAX_DEPTH, Map, Value};
 use serde_json::json;
@@ -267,6 +268,7 @@ pub async fn list_sorted_with_counts_and_last_run(store: &dyn Store) {
                 changes: vec![],
                 error: None,
                 note: None,
+                returns: None,
             },
         )
         .await
@@ -337,6 +339,10 @@ pub async fn finish_run_records_end(store: &dyn Store) {
         ],
         error: Some("1 step failed".to_owned()),
         note: None,
+        returns: Some(RunReturns {
+            values: map(json!({ "url": "https://x.example/✓", "ports": [80, {"tls": true}], "token": "s3cret" })),
+            sensitive: vec!["token".to_owned()],
+        }),
     };
     store.finish_run(id, &end).await.expect("finish_run");
     let after = now_ms();
@@ -346,6 +352,7 @@ pub async fn finish_run_records_end(store: &dyn Store) {
     assert_eq!(run.outcome, Some(Outcome::Failed));
     assert_eq!(run.counts, end.counts);
     assert_eq!(run.changes, end.changes);
+    assert_eq!(run.returns, end.returns);
     assert_eq!(run.error, end.error);
     let finished = run.finished_at.expect("finished_at set");
     assert!(run.started_at <= finished && finished <= after);
@@ -358,6 +365,7 @@ pub async fn finish_run_records_end(store: &dyn Store) {
             changes: vec![],
             error: None,
             note: None,
+            returns: None,
         };
         store.finish_run(id, &end).await.expect("finish_run");
         assert_eq!(store.history("d").await.expect("history")[0].outcome, Some(outcome));
@@ -374,6 +382,7 @@ pub async fn unfinished_run_has_no_outcome(store: &dyn Store) {
         changes: vec![],
         error: None,
         note: None,
+        returns: None,
     };
     store.finish_run(later, &end).await.expect("finish_run");
     let history = store.history("d").await.expect("history");
@@ -393,6 +402,7 @@ pub async fn finish_run_misuse_is_rejected(store: &dyn Store) {
         changes: vec![],
         error: None,
         note: None,
+        returns: None,
     };
     store
         .finish_run(id, &end(Outcome::Succeeded))
@@ -474,6 +484,7 @@ pub async fn concurrent_mixed_writes(store: &dyn Store) {
             changes: vec![],
             error: None,
             note: None,
+            returns: None,
         };
         store.finish_run(run, &end).await.expect("finish_run");
     });
@@ -507,6 +518,7 @@ pub async fn seed(store: &dyn Store) {
         }],
         error: None,
         note: None,
+        returns: None,
     };
     store.finish_run(id, &end).await.expect("finish_run");
     store.begin_run(&apply("kept", "wf")).await.expect("begin_run");
@@ -577,6 +589,7 @@ pub async fn notes_and_operations_round_trip(store: &dyn Store) {
             changes: vec![],
             error: None,
             note: Some(note.clone()),
+            returns: None,
         };
         store.finish_run(id, &end).await.expect("finish_run");
         let last = store.history("d").await.expect("history").remove(0);
@@ -608,6 +621,7 @@ pub async fn history_keeps_no_credentials(store: &dyn Store) {
         }],
         error: Some(format!("state {url}: down")),
         note: Some(format!("migrated from {url}")),
+        returns: None,
     };
     store.finish_run(id, &end).await.expect("finish_run");
     let run = store.history("d").await.expect("history").remove(0);
@@ -799,6 +813,7 @@ fn end(outcome: Outcome) -> RunEnd {
         changes: vec![],
         error: None,
         note: None,
+        returns: None,
     }
 }
 
@@ -929,6 +944,10 @@ async fn seed_for_export(store: &dyn Store, deployment: &str) {
         }],
         error: Some("1 step failed".to_owned()),
         note: Some("first".to_owned()),
+        returns: Some(RunReturns {
+            values: map(json!({ "address": "10.0.0.1" })),
+            sensitive: vec![],
+        }),
     };
     store.finish_run(id, &end).await.expect("finish_run");
     let unlock = RunStart {
@@ -963,6 +982,7 @@ pub async fn export_import_round_trip(store: &dyn Store) {
     newest_first.reverse();
     assert_eq!(export.history, newest_first, "history is oldest first");
     assert_eq!(export.history.len(), 2);
+    assert!(export.history[0].returns.is_some(), "an apply's returns are exported");
 
     let mut moved = export.clone();
     moved.state.name = "dst".to_owned();
@@ -1004,6 +1024,7 @@ pub async fn import_replaces_resources(store: &dyn Store) {
             changes: vec![],
             error: None,
             note: Some("from sqlite".to_owned()),
+            returns: None,
         }],
     };
     store.import(&import).await.expect("import");

@@ -632,14 +632,14 @@ impl PostgresStore {
             // previous attempt's commit may have succeeded with its answer lost.
             let query = if attempt == 0 {
                 "UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
-                                 note = $7 \
+                                 note = $7, returns = $8 \
                  WHERE id = $1 AND finished_at IS NULL"
             } else {
                 "UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
-                                 note = $7 \
+                                 note = $7, returns = $8 \
                  WHERE id = $1 AND (finished_at IS NULL OR (finished_at = $2 AND outcome = $3 \
                        AND counts = $4 AND changes = $5 AND error IS NOT DISTINCT FROM $6 \
-                       AND note IS NOT DISTINCT FROM $7))"
+                       AND note IS NOT DISTINCT FROM $7 AND returns IS NOT DISTINCT FROM $8))"
             };
             let updated = sqlx::query(query)
                 .bind(end.id)
@@ -649,6 +649,7 @@ impl PostgresStore {
                 .bind(&end.changes)
                 .bind(&end.error)
                 .bind(&end.note)
+                .bind(&end.returns)
                 .execute(&mut *tx)
                 .await?;
             if updated.rows_affected() == 1 {
@@ -722,8 +723,8 @@ impl Admin for PostgresStore {
             for run in &runs {
                 sqlx::query(
                     "INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, \
-                                       outcome, counts, changes, error, note) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                                       outcome, counts, changes, error, note, returns) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                 )
                 .bind(&run.deployment)
                 .bind(&run.workflow)
@@ -736,6 +737,7 @@ impl Admin for PostgresStore {
                 .bind(&run.changes)
                 .bind(&run.error)
                 .bind(&run.note)
+                .bind(&run.returns)
                 .execute(&mut *tx)
                 .await?;
             }

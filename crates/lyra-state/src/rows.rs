@@ -10,8 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::{DeploymentSummary, Lease, RunRecord};
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunStart,
-    UnreadableRecord,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunReturns,
+    RunStart, UnreadableRecord,
 };
 use lyra_core::value::{Map, too_deep};
 use serde::{Deserialize, Serialize};
@@ -144,6 +144,8 @@ pub(crate) struct RunRow {
     pub changes: String,
     pub error: Option<String>,
     pub note: Option<String>,
+    /// JSON object ([`RunReturns`]): a succeeded apply's returns.
+    pub returns: Option<String>,
 }
 
 /// The columns `finish_run` sets.
@@ -156,6 +158,7 @@ pub(crate) struct RunEndRow {
     pub changes: String,
     pub error: Option<String>,
     pub note: Option<String>,
+    pub returns: Option<String>,
 }
 
 impl RunRow {
@@ -174,6 +177,7 @@ impl RunRow {
             changes: "[]".to_owned(),
             error: None,
             note: None,
+            returns: None,
         })
     }
 
@@ -193,6 +197,11 @@ impl RunRow {
             changes: encode("run changes", &changes)?,
             error: scrub(run.error.as_deref()),
             note: scrub(run.note.as_deref()),
+            returns: run
+                .returns
+                .as_ref()
+                .map(|r| encode("run returns", &StoredReturns::from(r)))
+                .transpose()?,
         })
     }
 
@@ -231,6 +240,15 @@ impl RunRow {
             unreadable(e);
             Vec::new()
         });
+        let returns = self.returns.as_deref().and_then(|text| {
+            decode::<StoredReturns>(text, || what("returns")).map_or_else(
+                |e| {
+                    unreadable(e);
+                    None
+                },
+                |r| Some(r.into()),
+            )
+        });
         Ok(RunRecord {
             id: self.id,
             deployment: self.deployment,
@@ -244,6 +262,7 @@ impl RunRow {
             changes: changes.into_iter().map(Into::into).collect(),
             error: scrub(error.as_deref()),
             note: scrub(self.note.as_deref()),
+            returns,
         })
     }
 }
@@ -259,6 +278,11 @@ impl RunEndRow {
             changes: encode("run changes", &changes)?,
             error: scrub(end.error.as_deref()),
             note: scrub(end.note.as_deref()),
+            returns: end
+                .returns
+                .as_ref()
+                .map(|r| encode("run returns", &StoredReturns::from(r)))
+                .transpose()?,
         })
     }
 }
@@ -319,7 +343,8 @@ macro_rules! resource_columns {
 /// The columns of [`RunRow`].
 macro_rules! run_columns {
     () => {
-        "id, deployment, workflow, operation, actor, started_at, finished_at, outcome, counts, changes, error, note"
+        "id, deployment, workflow, operation, actor, started_at, finished_at, outcome, counts, changes, error, note, \
+         returns"
     };
 }
 
@@ -353,6 +378,32 @@ pub(crate) fn summaries(
             })
         })
         .collect()
+}
+
+/// The stored form of [`RunReturns`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StoredReturns {
+    values: Map,
+    #[serde(default)]
+    sensitive: Vec<String>,
+}
+
+impl From<&RunReturns> for StoredReturns {
+    fn from(r: &RunReturns) -> Self {
+        StoredReturns {
+            values: r.values.clone(),
+            sensitive: r.sensitive.clone(),
+        }
+    }
+}
+
+impl From<StoredReturns> for RunReturns {
+    fn from(r: StoredReturns) -> Self {
+        RunReturns {
+            values: r.values,
+            sensitive: r.sensitive,
+        }
+    }
 }
 
 /// The stored form of [`ChangeCounts`]. Missing fields read as zero, so counts added later

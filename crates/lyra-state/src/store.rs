@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use lyra_core::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId, RunStart,
-    StoreError,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId,
+    RunReturns, RunStart, StoreError,
 };
 
 /// A run as kept in the history.
@@ -25,6 +25,8 @@ pub struct RunRecord {
     pub changes: Vec<ChangeRecord>,
     pub error: Option<String>,
     pub note: Option<String>,
+    /// What a succeeded apply returned (`lyra output`).
+    pub returns: Option<RunReturns>,
 }
 
 /// One line of `lyra state list`.

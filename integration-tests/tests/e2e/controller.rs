@@ -97,7 +97,9 @@ fn deploy_upgrade_and_delete_with_kubectl() {
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "WORKFLOW", "PHASE", "READY", "STEPS", "MESSAGE", "AGE"],
+        [
+            "NAME", "WORKFLOW", "PHASE", "READY", "STEPS", "APPROVAL", "MESSAGE", "AGE"
+        ],
         "{table}"
     );
     let row = table.lines().nth(1).unwrap_or_default();

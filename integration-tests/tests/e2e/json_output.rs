@@ -103,11 +103,16 @@ fn every_command_prints_one_document_that_matches_its_schema() {
         assert!(s["error"].is_null() && s["changes"].is_array(), "{s:#}");
     }
     doc(&lyra, &["apply", "pair", "--name", "other"], 0, "report");
+    doc(&lyra, &["plan", "pair", "--out", "pair.plan"], 0, "report");
+    doc(&lyra, &["show", "pair.plan"], 0, "show");
     doc(&lyra, &["state", "list"], 0, "state_list");
     doc(&lyra, &["state", "show", "pair"], 0, "state_show");
+    doc(&lyra, &["drift", "pair"], 0, "drift");
+    doc(&lyra, &["output", "pair"], 0, "output");
     let history = doc(&lyra, &["history", "pair"], 0, "history");
     assert_eq!(history[0]["changes"][0]["step"], "one", "{history:#}");
     assert!(history[0]["note"].is_null(), "{history:#}");
+    doc(&lyra, &["drift", "pair", "--refresh-state"], 0, "drift");
     doc(&lyra, &["state", "unlock", "pair"], 0, "unlock");
     doc(&lyra, &["state", "unlock", "pair", "--force"], 0, "unlock");
     doc(&lyra, &["state", "export"], 0, "export");
@@ -138,6 +143,10 @@ fn every_command_prints_one_document_that_matches_its_schema() {
     // Failures, each with its kind and exit code.
     error(&lyra, &["state", "show", "nosuch"], "not_found", 1);
     error(&lyra, &["history", "nosuch"], "not_found", 1);
+    error(&lyra, &["apply", "pair.plan", "--var", "extra=1"], "stale_plan", 1);
+    lyra.write("cut.plan", r#"{"format": "lyra-plan/1", "depl"#);
+    error(&lyra, &["show", "cut.plan"], "invalid_input", 1);
+    error(&lyra, &["drift", "nosuch"], "not_found", 1);
     error(&lyra, &["delete", "nosuch"], "not_found", 1);
     error(&lyra, &["state", "rm", "pair", "nosuch"], "not_found", 1);
     error(&lyra, &["state", "unlock", "nosuch"], "not_found", 1);

@@ -83,6 +83,7 @@ impl Outputs {
             vec!["state", "show", deployment],
             vec!["state", "list"],
             vec!["history", deployment],
+            vec!["output", deployment],
             vec!["delete", deployment, "--dry-run"],
         ] {
             self.both(0, &args);

@@ -68,6 +68,8 @@ pub(super) enum StepError {
     NoProvider { at: Loc, type_name: String },
     #[error("no provider for '{type_name}': cannot delete it")]
     NoProviderToDelete { type_name: String },
+    #[error("no provider for '{type_name}': cannot read it")]
+    NoProviderToRead { type_name: String },
     #[error(
         "{at}attribute '{attribute}'{} of {type_name} expects {}, got {}",
         inside(.error, *.secret),

@@ -13,14 +13,17 @@
 //! resources; `diff` compares desired and actual; `error` is why a step fails; `hints` is the
 //! advice the caller words.
 
+mod adopt;
 mod bind;
 mod config;
 mod delete;
 mod diff;
+mod drift;
 mod error;
 mod hints;
 mod resource;
 mod schedule;
+mod target;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,17 +38,20 @@ use crate::provider::Providers;
 use crate::report::{Action, Mode, Report, Status, StepReport};
 use crate::secret::{Secrets, masked};
 use crate::state::{
-    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId, RunStart,
-    StoreError, StoreErrorKind,
+    ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId,
+    RunReturns, RunStart, StoreError, StoreErrorKind,
 };
 use crate::types::Type;
 use crate::value::{Map, Value, dig, too_deep, too_deep_message};
 
+pub use adopt::{AdoptError, Adopted};
 use bind::coerce_opt;
 pub use config::RECORD_KEY as PROVIDER_CONFIG_KEY;
 pub use diff::{PathChange, change_paths};
+pub use drift::{DriftChange, DriftReport, DriftStatus, PENDING, ResourceDrift};
 use error::{StepError, type_error_text};
 pub use hints::Hints;
+pub use target::{covers as target_covers, step_names as target_names};
 
 /// Progress notifications, for live output.
 pub trait Observer: Send + Sync {
@@ -162,6 +168,9 @@ struct Run<'e, 'a> {
     secrets: Mutex<Secrets>,
     /// The providers' settings (the main workflow's `providers:`).
     configs: config::Configs,
+    /// `--target`: what the run was restricted to, noted in the history. A partial apply
+    /// records no returns.
+    partial: Option<String>,
 }
 
 /// The step being run: what its failure and its report need.
@@ -180,7 +189,7 @@ struct Returned {
 impl<'a> Engine<'a> {
     /// What `apply` would do, without changing anything.
     pub async fn plan(&self, program: &Program, deployment: &str, data: &Map) -> Result<Report, EngineError> {
-        self.run(Mode::Plan, program, deployment, data, "").await
+        self.run(Mode::Plan, program, deployment, data, "", &[]).await
     }
 
     /// Converges the deployment to the workflow.
@@ -191,7 +200,32 @@ impl<'a> Engine<'a> {
         data: &Map,
         actor: &str,
     ) -> Result<Report, EngineError> {
-        self.run(Mode::Apply, program, deployment, data, actor).await
+        self.run(Mode::Apply, program, deployment, data, actor, &[]).await
+    }
+
+    /// [`Engine::plan`] of only `targets` (top-level step names) and what they depend on;
+    /// the rest of the deployment is left as recorded. No targets: the whole workflow.
+    pub async fn plan_targets(
+        &self,
+        program: &Program,
+        deployment: &str,
+        data: &Map,
+        targets: &[String],
+    ) -> Result<Report, EngineError> {
+        self.run(Mode::Plan, program, deployment, data, "", targets).await
+    }
+
+    /// [`Engine::apply`] of only `targets` and what they depend on (see [`Engine::plan_targets`]).
+    /// A partial apply records no returns.
+    pub async fn apply_targets(
+        &self,
+        program: &Program,
+        deployment: &str,
+        data: &Map,
+        actor: &str,
+        targets: &[String],
+    ) -> Result<Report, EngineError> {
+        self.run(Mode::Apply, program, deployment, data, actor, targets).await
     }
 
     async fn run(
@@ -201,8 +235,16 @@ impl<'a> Engine<'a> {
         deployment: &str,
         data: &Map,
         actor: &str,
+        targets: &[String],
     ) -> Result<Report, EngineError> {
         let started = Instant::now();
+        let pruned;
+        let program = if targets.is_empty() {
+            program
+        } else {
+            pruned = target::prune(program, targets);
+            &pruned
+        };
         let root = &program.main.root;
         let env = self.top_params(root, data)?;
         let configs = self.provider_configs(&program.main, &env)?;
@@ -216,6 +258,9 @@ impl<'a> Engine<'a> {
             .await?;
         let mut run = Run::new(self, mode, program, deployment, data, prior, run_id);
         run.configs = configs;
+        if !targets.is_empty() {
+            run.partial = Some(format!("only {} and what it depends on", targets.join(", ")));
+        }
         run.remember_records(run.prior.values());
         for v in config::secret_values(&run.configs) {
             run.remember(&v);
@@ -255,8 +300,9 @@ impl<'a> Engine<'a> {
         }
         let cancelled = self.cancel.load(Ordering::SeqCst);
         // Garbage: recorded resources this run did not account for. Never after a
-        // cancellation: the unvisited steps would look removed.
-        if !cancelled {
+        // cancellation (the unvisited steps would look removed), nor in a targeted run,
+        // which accounts only for its targets.
+        if !cancelled && run.partial.is_none() {
             let garbage: Vec<ResourceRecord> = {
                 let claims = run.claims.lock().expect("claims lock");
                 let mut g: Vec<ResourceRecord> = run
@@ -287,15 +333,37 @@ impl<'a> Engine<'a> {
     /// Deletes every resource recorded for the deployment, in reverse dependency order.
     /// Needs no workflow: the state knows what depends on what.
     pub async fn delete(&self, deployment: &str, actor: &str) -> Result<Report, EngineError> {
-        self.destroy(Mode::Delete, deployment, actor).await
+        self.destroy(Mode::Delete, deployment, actor, &[]).await
+    }
+
+    /// Deletes only the resources of `targets` (recorded step ids, or the steps they are
+    /// inside) and, first, every resource recorded as built from them.
+    pub async fn delete_targets(
+        &self,
+        deployment: &str,
+        actor: &str,
+        targets: &[String],
+    ) -> Result<Report, EngineError> {
+        self.destroy(Mode::Delete, deployment, actor, targets).await
+    }
+
+    /// What [`Engine::delete_targets`] would do.
+    pub async fn plan_delete_targets(&self, deployment: &str, targets: &[String]) -> Result<Report, EngineError> {
+        self.destroy(Mode::Plan, deployment, "", targets).await
     }
 
     /// What `delete` would do.
     pub async fn plan_delete(&self, deployment: &str) -> Result<Report, EngineError> {
-        self.destroy(Mode::Plan, deployment, "").await
+        self.destroy(Mode::Plan, deployment, "", &[]).await
     }
 
-    async fn destroy(&self, mode: Mode, deployment: &str, actor: &str) -> Result<Report, EngineError> {
+    async fn destroy(
+        &self,
+        mode: Mode,
+        deployment: &str,
+        actor: &str,
+        targets: &[String],
+    ) -> Result<Report, EngineError> {
         let started = Instant::now();
         // Deleting what was never recorded has nothing to do, and must not record it: a
         // history entry would create the deployment it deletes.
@@ -316,9 +384,15 @@ impl<'a> Engine<'a> {
             workflows: HashMap::new(),
         };
         let empty = Map::new();
-        let run = Run::new(self, mode, &program, deployment, &empty, HashMap::new(), run_id);
+        let mut run = Run::new(self, mode, &program, deployment, &empty, HashMap::new(), run_id);
         run.remember_records(state.resources.iter());
-        let ok = run.delete_all(state.resources).await;
+        let records = if targets.is_empty() {
+            state.resources
+        } else {
+            run.partial = Some(format!("only {} and what was built from it", targets.join(", ")));
+            target::for_delete(state.resources, targets)
+        };
+        let ok = run.delete_all(records).await;
         let returned = Returned {
             values: Map::new(),
             sensitive: Vec::new(),
@@ -510,6 +584,7 @@ fn run_end(report: &Report, fatal: Option<String>) -> RunEnd {
             .collect(),
         error: fatal,
         note: None,
+        returns: None,
     }
 }
 
@@ -537,6 +612,7 @@ impl<'e, 'a> Run<'e, 'a> {
             fatal: Mutex::new(None),
             secrets: Mutex::new(Secrets::default()),
             configs: config::Configs::default(),
+            partial: None,
         }
     }
 
@@ -610,7 +686,17 @@ impl<'e, 'a> Run<'e, 'a> {
             duration: started.elapsed(),
         };
         if let Some(id) = self.run_id {
-            self.engine.store.finish_run(id, &run_end(&report, fatal)).await?;
+            let mut end = run_end(&report, fatal);
+            end.note = self.partial.clone();
+            // What `lyra output` reads: the returns as the report has them, secret ones
+            // masked (the history keeps no secret). A partial apply returns nothing.
+            if report.outcome == Outcome::Succeeded && self.mode == Mode::Apply && self.partial.is_none() {
+                end.returns = Some(RunReturns {
+                    values: report.returns.clone(),
+                    sensitive: report.sensitive_returns.clone(),
+                });
+            }
+            self.engine.store.finish_run(id, &end).await?;
         }
         Ok(report)
     }

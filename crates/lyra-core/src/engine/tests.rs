@@ -17,7 +17,10 @@ use crate::schema::{AttributeSchema, ResourceSchema};
 use crate::state::{RunId, UnreadableRecord};
 use crate::types::Type;
 
+mod adopt;
 mod controls;
+mod drift;
+mod target;
 
 /// Waits on a thread of its own: these tests run on `block_on`, with no runtime.
 struct ThreadTimer;
@@ -236,6 +239,39 @@ fn echoed(desired: &Map) -> Map {
     actual
 }
 
+/// Loads workflow `t` from `yaml`, panicking with its diagnostics.
+fn load(yaml: &str, providers: &Providers, sources: &mut Sources) -> Program {
+    let mut none = |_: &str| None;
+    program::load(
+        "t",
+        ("t.yaml".into(), yaml.into()),
+        &mut none,
+        sources,
+        providers.schemas(),
+    )
+    .unwrap_or_else(|d| panic!("{}", d.render(sources)))
+}
+
+/// An engine as the tests run one: 4 operations at once, the tests' hints and timer.
+fn engine_for<'a>(
+    providers: &'a Providers,
+    store: &'a MemStore,
+    observer: &'a dyn Observer,
+    sources: &'a Sources,
+    cancel: &'a AtomicBool,
+) -> Engine<'a> {
+    Engine {
+        providers,
+        store,
+        observer,
+        sources,
+        concurrency: 4,
+        cancel,
+        hints: &Words,
+        timer: &ThreadTimer,
+    }
+}
+
 struct Fixture {
     providers: Providers,
     store: MemStore,
@@ -275,25 +311,8 @@ impl Fixture {
 
     fn try_run(&self, yaml: &str, data: Value, mode: Mode) -> Result<Report, EngineError> {
         let mut sources = Sources::default();
-        let mut none = |_: &str| None;
-        let prog = program::load(
-            "t",
-            ("t.yaml".into(), yaml.into()),
-            &mut none,
-            &mut sources,
-            self.providers.schemas(),
-        )
-        .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
-        let engine = Engine {
-            providers: &self.providers,
-            store: &self.store,
-            observer: &self.observed,
-            sources: &sources,
-            concurrency: 4,
-            cancel: &self.cancel,
-            hints: &Words,
-            timer: &ThreadTimer,
-        };
+        let prog = load(yaml, &self.providers, &mut sources);
+        let engine = engine_for(&self.providers, &self.store, &self.observed, &sources, &self.cancel);
         let data = data.as_object().cloned().unwrap_or_default();
         block_on(async {
             match mode {
@@ -316,16 +335,7 @@ impl Fixture {
     /// `lyra delete d`.
     fn delete(&self) -> Report {
         let sources = Sources::default();
-        let engine = Engine {
-            providers: &self.providers,
-            store: &self.store,
-            observer: &self.observed,
-            sources: &sources,
-            concurrency: 4,
-            cancel: &self.cancel,
-            hints: &Words,
-            timer: &ThreadTimer,
-        };
+        let engine = engine_for(&self.providers, &self.store, &self.observed, &sources, &self.cancel);
         block_on(engine.delete("d", "test")).unwrap()
     }
 
@@ -529,16 +539,7 @@ fn call_renames_parameters_and_returns() {
         f.providers.schemas(),
     )
     .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
-    let engine = Engine {
-        providers: &f.providers,
-        store: &f.store,
-        observer: &Quiet,
-        sources: &sources,
-        concurrency: 4,
-        cancel: &f.cancel,
-        hints: &Words,
-        timer: &ThreadTimer,
-    };
+    let engine = engine_for(&f.providers, &f.store, &Quiet, &sources, &f.cancel);
     let data = json!({"img": "nginx"}).as_object().cloned().unwrap();
     let r = block_on(engine.apply(&prog, "d", &data, "t")).unwrap();
     assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
@@ -995,16 +996,7 @@ fn unreadable_records_stop_runs_and_name_the_way_out() {
         assert!(err.contains("lyra state rm d old"), "{err}");
     }
     let sources = Sources::default();
-    let engine = Engine {
-        providers: &f.providers,
-        store: &f.store,
-        observer: &Quiet,
-        sources: &sources,
-        concurrency: 4,
-        cancel: &f.cancel,
-        hints: &Words,
-        timer: &ThreadTimer,
-    };
+    let engine = engine_for(&f.providers, &f.store, &Quiet, &sources, &f.cancel);
     assert!(block_on(engine.delete("d", "test")).is_err());
     assert!(f.log().is_empty(), "no provider was called");
 }
@@ -1084,16 +1076,7 @@ steps:
         f.providers.schemas(),
     )
     .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
-    let engine = Engine {
-        providers: &f.providers,
-        store: &f.store,
-        observer: &f.observed,
-        sources: &sources,
-        concurrency: 4,
-        cancel: &f.cancel,
-        hints: &Words,
-        timer: &ThreadTimer,
-    };
+    let engine = engine_for(&f.providers, &f.store, &f.observed, &sources, &f.cancel);
     let r = block_on(engine.apply(&prog, "d", &Map::new(), "test"));
     // The report and the history. (Observers saw `c/x` finish before its caller declared
     // the value secret: a secret declared downstream cannot be recalled from a live stream.)
@@ -1131,16 +1114,7 @@ fn run_with_lib(f: &Fixture, main: &str, lib: &str, data: Value) -> Report {
         f.providers.schemas(),
     )
     .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
-    let engine = Engine {
-        providers: &f.providers,
-        store: &f.store,
-        observer: &f.observed,
-        sources: &sources,
-        concurrency: 4,
-        cancel: &f.cancel,
-        hints: &Words,
-        timer: &ThreadTimer,
-    };
+    let engine = engine_for(&f.providers, &f.store, &f.observed, &sources, &f.cancel);
     let data = data.as_object().cloned().unwrap_or_default();
     block_on(engine.apply(&prog, "d", &data, "test")).unwrap()
 }

@@ -124,6 +124,8 @@ fn job(name: &str, workflow: &str, generation: i64, data: Value) -> Job {
         refresh_interval: None,
         deletion_policy: DeletionPolicy::Delete,
         suspend: false,
+        approval: Approval::Automatic,
+        approved: None,
         requested_at: None,
         unavailable: None,
     }
@@ -808,3 +810,5 @@ async fn input_that_is_not_there_yet_is_retried_not_stalled() {
     assert!(s.message.unwrap().contains("Secret db not found"));
     assert_eq!(r.reasons(), ["InputUnavailable"]);
 }
+
+mod approval;

@@ -261,3 +261,53 @@ fn step_rows_beyond_the_budget_keep_failures_first() {
     let (all, none) = fit_rows(kept.clone(), STEP_ROWS_BUDGET);
     assert_eq!((all, none), (kept, 0));
 }
+
+#[test]
+fn awaiting_approval_is_not_ready_and_any_other_verdict_settles_it() {
+    let mut s = WorkflowStatus::default();
+    judge(&mut s, &Verdict::Applied, Some(1), &at(0));
+    s.plan = Some(crate::crd::PlanStatus {
+        hash: "sha256:ab".into(),
+        ..Default::default()
+    });
+    let waiting = Verdict::AwaitingApproval {
+        reason: Reason::PlanReady,
+        message: "plan sha256:ab awaits approval".into(),
+    };
+    judge(&mut s, &waiting, Some(2), &at(5));
+    assert_eq!(s.phase, Some(Phase::Pending));
+    let c = cond(&s, AWAITING_APPROVAL);
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "PlanReady"));
+    assert_eq!(cond(&s, READY).status, "False");
+    assert_eq!(cond(&s, RECONCILING).status, "True");
+    assert_eq!(cond(&s, STALLED).status, "False");
+    assert!(s.plan.is_some(), "the plan stays while it waits");
+    // Waiting for the lease leaves the plan where it is.
+    judge(
+        &mut s,
+        &Verdict::WaitingForLease {
+            message: "held".into(),
+            deleting: false,
+        },
+        Some(2),
+        &at(6),
+    );
+    assert!(s.plan.is_some() && cond(&s, AWAITING_APPROVAL).status == "True");
+    // The approved run, then the apply: no plan waits any more.
+    judge(&mut s, &Verdict::Running { deleting: false }, Some(2), &at(7));
+    assert_eq!(s.plan, None);
+    assert_eq!(
+        (
+            cond(&s, AWAITING_APPROVAL).status.as_str(),
+            cond(&s, AWAITING_APPROVAL).reason.as_str()
+        ),
+        ("False", "Approved")
+    );
+    judge(&mut s, &Verdict::Applied, Some(2), &at(9));
+    assert_eq!(cond(&s, AWAITING_APPROVAL).reason, "Applied");
+    assert_eq!(cond(&s, AWAITING_APPROVAL).last_transition_time, at(7));
+    // An object that never waited has no such condition.
+    let mut fresh = WorkflowStatus::default();
+    judge(&mut fresh, &Verdict::Applied, Some(1), &at(0));
+    assert!(condition(&fresh, AWAITING_APPROVAL).is_none());
+}

@@ -144,6 +144,12 @@ async fn upgrade_from_schema_v1() {
         note.as_deref(),
         Some("migrated from postgres://(address removed: it could hold a password)")
     );
+    let mut refresh = c::apply("d", "wf");
+    refresh.operation = lyra_core::state::Operation::Refresh;
+    store
+        .begin_run(&refresh)
+        .await
+        .expect("the widened CHECK accepts refresh");
     let id = store.store_id().to_owned();
     store.close().await;
     let again = PostgresStore::connect(db.url()).await.expect("reopen");

@@ -583,6 +583,85 @@ async fn upgrade_from_schema_v2() {
     assert_eq!(again.store_id(), id, "made once, with the store");
 }
 
+/// A file written by schema v3 (before `refresh` runs) upgrades in place: runs keep their
+/// rows, notes and ids, the id sequence is kept, the index is rebuilt, and the wider CHECK
+/// takes `refresh`.
+#[tokio::test]
+async fn upgrade_from_schema_v3() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v3.db");
+    let v3 = dir.path().join("v3-migrations");
+    std::fs::create_dir(&v3).expect("mkdir");
+    for file in [
+        "0001_initial.sql",
+        "0002_leases_pending_notes.sql",
+        "0003_store_identity_create_keys.sql",
+    ] {
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations/sqlite")
+                .join(file),
+            v3.join(file),
+        )
+        .expect("copy v3");
+    }
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+        .await
+        .expect("create v3");
+    sqlx::migrate::Migrator::new(v3.as_path())
+        .await
+        .expect("v3 migrator")
+        .run(&mut conn)
+        .await
+        .expect("migrate to v3");
+    sqlx::raw_sql(
+        "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
+         INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, outcome, counts,
+                           changes, note)
+             VALUES ('d', 'wf', 'apply', 'me', 1, 2, 'succeeded', '{}', '[{\"step_id\":\"a\",\"action\":\"create\"}]', NULL),
+                    ('d', 'wf', 'forget', 'me', 3, 4, 'succeeded', '{}', '[]', 'forgot 1 resource(s)'),
+                    ('d', 'wf', 'apply', 'me', 5, NULL, NULL, '{}', '[]', NULL);
+         DELETE FROM runs WHERE id = 3;",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("v3 rows");
+    conn.close().await.expect("close v3");
+
+    let store = SqliteStore::open(&path).await.expect("upgrade");
+    let history = store.history("d").await.expect("history");
+    let kept: Vec<(i64, Option<&str>)> = history.iter().map(|r| (r.id, r.note.as_deref())).collect();
+    assert_eq!(kept, [(2, Some("forgot 1 resource(s)")), (1, None)]);
+    assert_eq!(history[1].changes[0].step_id, "a");
+    let mut refresh = c::apply("d", "wf");
+    refresh.operation = lyra_core::state::Operation::Refresh;
+    let next = store
+        .begin_run(&refresh)
+        .await
+        .expect("the wider CHECK accepts refresh");
+    assert_eq!(next, 4, "the deleted id 3 is never reused");
+    assert_eq!(
+        store.history("d").await.expect("history")[0].operation,
+        lyra_core::state::Operation::Refresh
+    );
+    let mut raw = raw(&path).await;
+    let indexes: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+            .fetch_all(&mut raw)
+            .await
+            .expect("indexes");
+    assert!(indexes.contains(&"runs_by_deployment".to_owned()), "{indexes:?}");
+    let check: Option<String> = sqlx::query_scalar("PRAGMA foreign_key_check")
+        .fetch_optional(&mut raw)
+        .await
+        .expect("fk check");
+    assert_eq!(check, None, "no dangling foreign key");
+    let refused = sqlx::query("INSERT INTO runs (deployment, operation, actor, started_at, counts, changes) VALUES ('d', 'nonsense', 'me', 1, '{}', '[]')")
+        .execute(&mut raw)
+        .await;
+    assert!(refused.is_err(), "the CHECK is still there");
+}
+
 /// Every store has an id of its own, kept across opens.
 #[tokio::test]
 async fn store_ids_are_random_and_stable() {

@@ -393,7 +393,7 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
         Op::FinishRun(end) => {
             let updated = sqlx::query(
                 "UPDATE runs SET finished_at = ?2, outcome = ?3, counts = ?4, changes = ?5, \
-                                 error = ?6, note = ?7 \
+                                 error = ?6, note = ?7, returns = ?8 \
                  WHERE id = ?1 AND finished_at IS NULL",
             )
             .bind(end.id)
@@ -403,6 +403,7 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
             .bind(&end.changes)
             .bind(&end.error)
             .bind(&end.note)
+            .bind(&end.returns)
             .execute(&mut *conn)
             .await?;
             if updated.rows_affected() == 1 {
@@ -520,8 +521,8 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
             for run in &import.runs {
                 sqlx::query(
                     "INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, \
-                                       outcome, counts, changes, error, note) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                       outcome, counts, changes, error, note, returns) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 )
                 .bind(&run.deployment)
                 .bind(&run.workflow)
@@ -534,6 +535,7 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
                 .bind(&run.changes)
                 .bind(&run.error)
                 .bind(&run.note)
+                .bind(&run.returns)
                 .execute(&mut *conn)
                 .await?;
             }
