@@ -23,6 +23,7 @@ mod e2e {
     mod controller_approval;
     mod controller_deep;
     mod controller_deletes;
+    mod controller_drift;
     mod controller_events;
     mod controller_inline;
     mod controller_limits;

@@ -62,6 +62,11 @@ pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
         json_path = ".status.conditions[?(@.type==\"AwaitingApproval\")].reason",
         description = "With approval Manual: PlanReady (a plan awaits approval), ApprovalStale, Approved"
     ),
+    printcolumn(
+        name = "Drifted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Drifted\")].status"
+    ),
     printcolumn(name = "Message", type_ = "string", json_path = ".status.message", priority = 0),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -98,6 +103,21 @@ pub struct WorkflowSpec {
     /// annotation holds its hash (`lyra approve`). Deletion is never gated.
     #[serde(default)]
     pub approval: Approval,
+    /// What a refresh (`refreshInterval`, the spec unchanged) does about resources that
+    /// changed outside Lyra: `Correct` them (default: the refresh applies), `Report` them
+    /// (the `Drifted` condition, an event and a metric; nothing is changed until the spec
+    /// changes or the policy becomes `Correct`), or `Ignore` them (a refresh does nothing).
+    #[serde(default)]
+    pub drift_policy: DriftPolicy,
+}
+
+/// What a refresh does about drift (resources changed outside Lyra).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DriftPolicy {
+    #[default]
+    Correct,
+    Report,
+    Ignore,
 }
 
 /// Whether a plan that changes something is applied at once or waits for a person.
@@ -391,7 +411,9 @@ mod tests {
             .collect();
         assert_eq!(
             columns,
-            ["Workflow", "Phase", "Ready", "Steps", "Approval", "Message", "Age"]
+            [
+                "Workflow", "Phase", "Ready", "Steps", "Approval", "Drifted", "Message", "Age"
+            ]
         );
     }
 

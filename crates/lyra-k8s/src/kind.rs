@@ -29,7 +29,7 @@ use lyra_core::model::{ParamSource, Workflow};
 use lyra_core::types::Type;
 use serde_json::{Map, Value, json};
 
-use crate::crd::{Approval, DeletionPolicy};
+use crate::crd::{Approval, DeletionPolicy, DriftPolicy};
 
 /// The spec key that holds Lyra's own settings (deletion policy, suspend, approval, refresh interval)
 /// in every registered kind; no parameter may take it.
@@ -248,6 +248,19 @@ fn settings_schema() -> JSONSchemaProps {
                 },
             ),
             (
+                "driftPolicy".to_owned(),
+                JSONSchemaProps {
+                    enum_: Some(vec![
+                        JSON(json!("Correct")),
+                        JSON(json!("Report")),
+                        JSON(json!("Ignore")),
+                    ]),
+                    ..string(
+                        "What a refresh does about resources changed outside Lyra: `Correct` them (default), `Report` them (the `Drifted` condition, an event, a metric; nothing changed), or `Ignore` them.",
+                    )
+                },
+            ),
+            (
                 "refreshInterval".to_owned(),
                 JSONSchemaProps {
                     pattern: Some(r"^([0-9]+(ms|s|m|h))+$".to_owned()),
@@ -418,6 +431,12 @@ pub fn generate_crd(
                         "string",
                         ".status.conditions[?(@.type==\"AwaitingApproval\")].reason",
                         "With approval Manual: PlanReady (a plan awaits approval), ApprovalStale, Approved",
+                    ),
+                    column(
+                        "Drifted",
+                        "string",
+                        ".status.conditions[?(@.type==\"Drifted\")].status",
+                        "With driftPolicy Report: whether a resource changed outside Lyra",
                     ),
                     column("Age", "date", ".metadata.creationTimestamp", ""),
                 ]),
@@ -678,6 +697,7 @@ pub struct InstanceSpec {
     pub deletion_policy: DeletionPolicy,
     pub suspend: bool,
     pub approval: Approval,
+    pub drift_policy: DriftPolicy,
     pub refresh_interval: Option<String>,
 }
 
@@ -747,12 +767,23 @@ impl InstanceSpec {
                 ));
             }
         };
+        let drift_policy = match setting("driftPolicy").and_then(Value::as_str) {
+            None | Some("Correct") => DriftPolicy::Correct,
+            Some("Report") => DriftPolicy::Report,
+            Some("Ignore") => DriftPolicy::Ignore,
+            Some(other) => {
+                return Err(format!(
+                    "spec.{SETTINGS_KEY}.driftPolicy: {other:?} is not Correct, Report or Ignore"
+                ));
+            }
+        };
         Ok(InstanceSpec {
             data,
             secret_refs,
             deletion_policy,
             suspend: setting("suspend").and_then(Value::as_bool).unwrap_or(false),
             approval,
+            drift_policy,
             refresh_interval: setting("refreshInterval").and_then(Value::as_str).map(str::to_owned),
         })
     }

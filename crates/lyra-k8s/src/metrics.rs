@@ -25,6 +25,9 @@ pub struct Metrics {
     phases: Family<Labels, Gauge>,
     /// Each object's phase, so the by-phase gauge can move objects between phases.
     known: Mutex<HashMap<String, Phase>>,
+    drifted: Gauge,
+    /// Each object's drifted resources (its last drift check), summed in `drifted`.
+    drifts: Mutex<HashMap<String, i64>>,
 }
 
 impl Default for Metrics {
@@ -58,6 +61,12 @@ impl Metrics {
             steps.clone(),
         );
         registry.register("workflows", "Workflow objects by phase", phases.clone());
+        let drifted = Gauge::default();
+        registry.register(
+            "drifted_resources",
+            "Resources found changed outside Lyra (or gone) by the last drift check of each object (driftPolicy Report)",
+            drifted.clone(),
+        );
         for p in Phase::ALL {
             phases.get_or_create(&phase_label(p)).set(0);
         }
@@ -69,6 +78,8 @@ impl Metrics {
             steps,
             phases,
             known: Mutex::new(HashMap::new()),
+            drifted,
+            drifts: Mutex::new(HashMap::new()),
         }
     }
 
@@ -93,8 +104,24 @@ impl Metrics {
         }
     }
 
+    /// Records how many of `key`'s resources its last drift check found drifted (0 once an
+    /// apply corrected them).
+    pub fn drift(&self, key: &str, n: usize) {
+        let mut drifts = self.drifts.lock().expect("metrics lock");
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let old = if n == 0 {
+            drifts.remove(key)
+        } else {
+            drifts.insert(key.to_owned(), n)
+        };
+        self.drifted.inc_by(n - old.unwrap_or(0));
+    }
+
     /// Records `key`'s phase; `None` when the object is gone.
     pub fn phase(&self, key: &str, phase: Option<Phase>) {
+        if phase.is_none() {
+            self.drift(key, 0);
+        }
         let mut known = self.known.lock().expect("metrics lock");
         let old = match phase {
             Some(p) => known.insert(key.to_owned(), p),
@@ -146,5 +173,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lyra_reconcile_duration_seconds_count 1"), "{text}");
+    }
+
+    #[test]
+    fn drifted_resources_sum_the_objects_last_checks() {
+        let m = Metrics::new();
+        m.drift("a", 2);
+        m.drift("b", 3);
+        m.drift("a", 1);
+        assert!(m.encode().contains("lyra_drifted_resources 4"), "{}", m.encode());
+        m.drift("b", 0);
+        m.phase("a", None);
+        assert!(m.encode().contains("lyra_drifted_resources 0"), "{}", m.encode());
     }
 }

@@ -32,6 +32,13 @@ pub enum Reason {
     ApprovalStale,
     /// The approved plan is being (or was) applied.
     Approved,
+    // Drift (`driftPolicy: Report`).
+    /// A resource changed outside Lyra (or is gone); nothing was changed.
+    Drifted,
+    /// Every resource matches what was recorded.
+    NoDrift,
+    /// The drift check could not read every resource (retried at the next refresh).
+    DriftCheckFailed,
     // What a run did to one resource (events).
     Created,
     Updated,
@@ -88,6 +95,9 @@ impl Reason {
             Reason::PlanReady => "PlanReady",
             Reason::ApprovalStale => "ApprovalStale",
             Reason::Approved => "Approved",
+            Reason::Drifted => "Drifted",
+            Reason::NoDrift => "NoDrift",
+            Reason::DriftCheckFailed => "DriftCheckFailed",
             Reason::Created => "Created",
             Reason::Updated => "Updated",
             Reason::Replaced => "Replaced",
@@ -151,6 +161,9 @@ impl Reason {
             | Reason::PlanReady
             | Reason::ApprovalStale
             | Reason::Approved
+            | Reason::Drifted
+            | Reason::NoDrift
+            | Reason::DriftCheckFailed
             | Reason::Created
             | Reason::Updated
             | Reason::Replaced
@@ -222,7 +235,7 @@ pub fn classify(e: &EngineError) -> ErrorClass {
 mod tests {
     use super::*;
 
-    const ALL: [Reason; 29] = [
+    const ALL: [Reason; 32] = [
         Reason::Progressing,
         Reason::Applying,
         Reason::Applied,
@@ -252,6 +265,9 @@ mod tests {
         Reason::ApprovalStale,
         Reason::Approved,
         Reason::PlanFailed,
+        Reason::Drifted,
+        Reason::NoDrift,
+        Reason::DriftCheckFailed,
     ];
 
     #[test]

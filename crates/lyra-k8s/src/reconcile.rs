@@ -29,7 +29,7 @@ use lyra_state::{Lease, Store};
 use tokio::sync::watch;
 
 use crate::approval::{self, PlanInputs};
-use crate::crd::{Approval, DeletionPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
+use crate::crd::{Approval, DeletionPolicy, DriftPolicy, Phase, RunSummary, Workflow, WorkflowStatus};
 use crate::inline;
 use crate::metrics::Metrics;
 use crate::reason::{Failure, Reason, engine_reason, lookup_reason};
@@ -161,6 +161,8 @@ pub struct Job {
     pub suspend: bool,
     /// `Manual`: a plan that changes something waits for approval (see [`crate::approval`]).
     pub approval: Approval,
+    /// What a refresh does about drift.
+    pub drift_policy: DriftPolicy,
     /// The `lyra.dev/approve-plan` annotation: the hash of the plan a person approved.
     pub approved: Option<String>,
     /// The `lyra.dev/reconcile-requested-at` annotation.
@@ -212,6 +214,7 @@ impl Job {
             deletion_policy: spec.deletion_policy,
             suspend: spec.suspend,
             approval: spec.approval,
+            drift_policy: spec.drift_policy,
             approved: approved(&wf.metadata),
             requested_at: requested_at(&wf.metadata),
             unavailable: None,
@@ -546,6 +549,10 @@ impl Runtime {
                 )
                 .await;
         }
+        // A refresh of an applied spec: what to do about drift is the policy's to say.
+        if job.drift_policy != DriftPolicy::Correct && refresh_only(job, &t.status) {
+            return self.check_drift(job, t, refresh, &now).await;
+        }
         // Load and validate before touching anything: bad input is terminal.
         let Prepared {
             name,
@@ -670,6 +677,8 @@ impl Runtime {
             if approved.is_some() {
                 t.status.applied_plan = approved;
             }
+            status::drift_corrected(&mut t.status, job.generation, now);
+            self.metrics.drift(deployment, 0);
             judge(&mut t.status, &Verdict::Applied, job.generation, now);
             self.remember(job, MemoOutcome::Applied);
             t.flush().await?;
@@ -710,6 +719,59 @@ impl Runtime {
         };
         self.fail(job, t, Failure::new(reason, message), Phase::Failed, true)
             .await
+    }
+
+    /// A refresh under `driftPolicy: Report` or `Ignore`. Report reads every resource and
+    /// says in the `Drifted` condition (an event when it changes, and the metric) what
+    /// changed outside Lyra, changing nothing and taking no lease; Ignore does nothing. Both
+    /// wait for the next refresh.
+    async fn check_drift(
+        &self,
+        job: &Job,
+        t: &mut Tracker<'_>,
+        refresh: Option<Duration>,
+        now: &Time,
+    ) -> Result<Next, ReconcileError> {
+        let next = Next::Requeue(refresh.unwrap_or(self.settings.idle_requeue));
+        if job.drift_policy == DriftPolicy::Ignore {
+            self.remember(job, MemoOutcome::Applied);
+            return Ok(next);
+        }
+        let deployment = job.key.deployment();
+        let (cancel, sources) = (AtomicBool::new(false), Sources::default());
+        let checked = self
+            .engine(self.store.as_ref(), &sources, &cancel)
+            .drift(&deployment, false, &job.key.owner())
+            .await;
+        match checked {
+            Ok(report) => {
+                let before = status::condition(&t.status, status::DRIFTED).map(|c| c.message.clone());
+                let drifted = status::drift(&mut t.status, &report, job.generation, now);
+                self.metrics.drift(&deployment, drifted);
+                let after = status::condition(&t.status, status::DRIFTED).map(|c| c.message.clone());
+                t.flush().await?;
+                if drifted > 0 && before != after {
+                    let message = after.unwrap_or_default();
+                    t.reporter
+                        .publish(note(true, Reason::Drifted, "CheckDrift", message))
+                        .await;
+                }
+            }
+            Err(e) => {
+                // The state could not be read: said, and tried again at the next refresh.
+                tracing::warn!(deployment = %deployment, error = %e, "drift check failed");
+                t.reporter
+                    .publish(note(
+                        true,
+                        Reason::DriftCheckFailed,
+                        "CheckDrift",
+                        format!("drift check failed: {e}"),
+                    ))
+                    .await;
+            }
+        }
+        self.remember(job, MemoOutcome::Applied);
+        Ok(next)
     }
 
     /// `approval: Manual`, under the deployment's lease: plans, and says whether to apply.
@@ -1493,6 +1555,19 @@ fn decide(
     }
     // Pending, a run interrupted by a crash, or a failure from before a restart.
     Decision::Run
+}
+
+/// Whether this run is only a refresh: the spec (its package, any reconcile request) is
+/// applied already and the object Ready, so all an apply could do is correct drift.
+fn refresh_only(job: &Job, s: &WorkflowStatus) -> bool {
+    let handled = job.requested_at.is_none() || job.requested_at == s.last_handled_reconcile_at;
+    let upgraded = job.digest().is_some() && s.digest.as_deref() != job.digest();
+    job.generation.is_some()
+        && s.observed_generation == job.generation
+        && handled
+        && !upgraded
+        && s.phase == Some(Phase::Ready)
+        && status::is_true(s, status::READY)
 }
 
 /// The failure an engine error makes: its reason (see [`engine_reason`]), and the message,

@@ -810,6 +810,7 @@ async fn instance_job(
         deletion_policy: Default::default(),
         suspend: false,
         approval: Default::default(),
+        drift_policy: Default::default(),
         approved: crate::reconcile::approved(&obj.metadata),
         requested_at: crate::reconcile::requested_at(&obj.metadata),
         unavailable: None,
@@ -824,6 +825,7 @@ async fn instance_job(
     job.deletion_policy = parsed.deletion_policy;
     job.suspend = parsed.suspend;
     job.approval = parsed.approval;
+    job.drift_policy = parsed.drift_policy;
     job.refresh_interval = parsed.refresh_interval.clone();
     let mut parsed = parsed;
     if !deleting {

@@ -2,6 +2,7 @@
 //! functions of the previous status and what happened, so they are tested without a cluster.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use lyra_core::engine::{DriftReport, DriftStatus};
 use lyra_core::report::{Action, Report, Status};
 use lyra_core::state::ChangeCounts;
 use serde_json::Value;
@@ -12,6 +13,8 @@ use crate::reason::Reason;
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
+/// `driftPolicy: Report`: whether a resource changed outside Lyra (see [`drift`]).
+pub const DRIFTED: &str = "Drifted";
 pub use crate::crd::AWAITING_APPROVAL;
 
 // What the status may hold. An object is limited to about 1.5 MiB (etcd's request limit), and
@@ -178,6 +181,70 @@ fn settle_approval(status: &mut WorkflowStatus, verdict: &Verdict, generation: O
     }
 }
 
+/// What a drift check found, as the `Drifted` condition: True naming each drifted step and
+/// the paths that differ (never their values: some are secret) and each gone one, False
+/// when everything matches, Unknown when a resource could not be read. Returns the number
+/// of drifted resources (gone ones included).
+pub fn drift(status: &mut WorkflowStatus, report: &DriftReport, generation: Option<i64>, now: &Time) -> usize {
+    let mut lines = Vec::new();
+    let mut drifted = 0;
+    let mut unread = Vec::new();
+    for r in &report.resources {
+        match r.status {
+            DriftStatus::Drifted => {
+                drifted += 1;
+                let paths: Vec<&str> = r.changes.iter().map(|c| c.path.as_str()).collect();
+                lines.push(format!("{} ({}): {}", r.step_id, r.type_name, paths.join(", ")));
+            }
+            DriftStatus::Gone => {
+                drifted += 1;
+                lines.push(format!("{} ({}): gone", r.step_id, r.type_name));
+            }
+            DriftStatus::Failed => unread.push(r.step_id.as_str()),
+            DriftStatus::Unchanged | DriftStatus::Skipped => {}
+        }
+    }
+    let (value, reason, message) = if drifted > 0 {
+        let head = format!(
+            "{drifted} of {} resources changed outside Lyra; nothing was changed (driftPolicy Report):",
+            report.resources.len()
+        );
+        (Some(true), Reason::Drifted, format!("{head}\n{}", lines.join("\n")))
+    } else if !unread.is_empty() {
+        let message = format!("could not read {}: drift unknown", unread.join(", "));
+        (None, Reason::DriftCheckFailed, message)
+    } else {
+        let message = format!("all {} resources match what was recorded", report.resources.len());
+        (Some(false), Reason::NoDrift, message)
+    };
+    set_condition_status(
+        &mut status.conditions,
+        DRIFTED,
+        value,
+        reason.as_str(),
+        &message,
+        generation,
+        now,
+    );
+    drifted
+}
+
+/// After an apply of the spec, nothing is drifted any more: a `Drifted` condition left by
+/// an earlier check turns False.
+pub fn drift_corrected(status: &mut WorkflowStatus, generation: Option<i64>, now: &Time) {
+    if condition(status, DRIFTED).is_some() {
+        set_condition(
+            &mut status.conditions,
+            DRIFTED,
+            false,
+            Reason::Applied.as_str(),
+            "the last apply converged every resource to the spec",
+            generation,
+            now,
+        );
+    }
+}
+
 /// Sets one condition; `lastTransitionTime` changes only when its status does.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
@@ -188,7 +255,25 @@ pub fn set_condition(
     generation: Option<i64>,
     now: &Time,
 ) {
-    let status = if value { "True" } else { "False" }.to_owned();
+    set_condition_status(conditions, type_, Some(value), reason, message, generation, now);
+}
+
+/// [`set_condition`] that can also say `Unknown` (`None`).
+fn set_condition_status(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    value: Option<bool>,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = match value {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "Unknown",
+    }
+    .to_owned();
     let message = clip_lines(message, CONDITION_MESSAGE_LIMIT);
     let new = |last_transition_time: Time| Condition {
         type_: type_.to_owned(),

@@ -98,7 +98,7 @@ fn deploy_upgrade_and_delete_with_kubectl() {
     assert_eq!(
         header,
         [
-            "NAME", "WORKFLOW", "PHASE", "READY", "STEPS", "APPROVAL", "MESSAGE", "AGE"
+            "NAME", "WORKFLOW", "PHASE", "READY", "STEPS", "APPROVAL", "DRIFTED", "MESSAGE", "AGE"
         ],
         "{table}"
     );

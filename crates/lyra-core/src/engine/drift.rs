@@ -149,8 +149,14 @@ impl Engine<'_> {
         }
         let secrets = Mutex::new(known);
         let fatal: Mutex<Option<String>> = Mutex::new(None);
-        let mut resources: Vec<ResourceDrift> = stream::iter(&state.resources)
+        // The futures are made before the stream: a stream that maps borrowed records to
+        // futures is not `Send` for every lifetime, which the controller's tasks need.
+        let reads: Vec<_> = state
+            .resources
+            .iter()
             .map(|rec| self.drift_one(deployment, rec, run.is_some(), &secrets, &fatal))
+            .collect();
+        let mut resources: Vec<ResourceDrift> = stream::iter(reads)
             .buffer_unordered(self.concurrency.max(1))
             .collect()
             .await;

@@ -119,7 +119,7 @@ fn the_crd_is_namespaced_with_status_and_columns() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(columns, ["Phase", "Ready", "Steps", "Approval", "Age"]);
+    assert_eq!(columns, ["Phase", "Ready", "Steps", "Approval", "Drifted", "Age"]);
     let root = &v["schema"]["openAPIV3Schema"];
     assert!(root["properties"]["status"]["properties"]["conditions"].is_object());
     assert_eq!(root["properties"]["spec"]["properties"]["replicas"]["maximum"], 5.0);
@@ -180,7 +180,8 @@ fn an_instance_spec_becomes_the_data_the_parameters_read() {
         "tags": {"team": "web"},
         "password": {"secretKeyRef": {"name": "db", "key": "pw"}},
         "unknown": 1,
-        "lyra": {"deletionPolicy": "Orphan", "suspend": true, "refreshInterval": "5m", "approval": "Manual"}
+        "lyra": {"deletionPolicy": "Orphan", "suspend": true, "refreshInterval": "5m", "approval": "Manual",
+                 "driftPolicy": "Report"}
     });
     let mut i = InstanceSpec::parse(&wf, &spec).unwrap();
     assert_eq!(
@@ -190,6 +191,7 @@ fn an_instance_spec_becomes_the_data_the_parameters_read() {
     assert_eq!(i.deletion_policy, DeletionPolicy::Orphan);
     assert!(i.suspend);
     assert_eq!(i.approval, Approval::Manual);
+    assert_eq!(i.drift_policy, DriftPolicy::Report);
     assert_eq!(i.refresh_interval.as_deref(), Some("5m"));
     assert_eq!(i.secret_refs.len(), 1);
     let r = i.secret_refs[0].clone();
@@ -212,5 +214,11 @@ fn an_instance_spec_becomes_the_data_the_parameters_read() {
     assert_eq!(
         InstanceSpec::parse(&wf, &json!({})).unwrap().approval,
         Approval::Automatic
+    );
+    let drift = InstanceSpec::parse(&wf, &json!({"lyra": {"driftPolicy": "Fix"}})).unwrap_err();
+    assert!(drift.contains("spec.lyra.driftPolicy"), "{drift}");
+    assert_eq!(
+        InstanceSpec::parse(&wf, &json!({})).unwrap().drift_policy,
+        DriftPolicy::Correct
     );
 }

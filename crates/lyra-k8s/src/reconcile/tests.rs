@@ -125,6 +125,7 @@ fn job(name: &str, workflow: &str, generation: i64, data: Value) -> Job {
         deletion_policy: DeletionPolicy::Delete,
         suspend: false,
         approval: Approval::Automatic,
+        drift_policy: DriftPolicy::Correct,
         approved: None,
         requested_at: None,
         unavailable: None,
@@ -812,3 +813,4 @@ async fn input_that_is_not_there_yet_is_retried_not_stalled() {
 }
 
 mod approval;
+mod drift_policy;
