@@ -572,6 +572,14 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
             .hint("`lyra state show` lists the recorded steps"));
         }
     }
+    if !a.targets.is_empty() {
+        warn(&format!(
+            "warning: only {} and what was built from {} {}: the rest of the deployment stays\n",
+            a.targets.join(", "),
+            if a.targets.len() == 1 { "it" } else { "them" },
+            if a.dry_run { "would be deleted" } else { "is deleted" },
+        ));
+    }
     let cancel = Arc::new(AtomicBool::new(false));
     signals::install(Arc::clone(&cancel), out);
     let progress = progress::Progress::new(a.exec.verbose);

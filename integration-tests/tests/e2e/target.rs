@@ -69,7 +69,8 @@ fn a_targeted_delete_takes_what_depends_on_it_and_leaves_the_rest() {
     missing.expect_code(1);
     assert_eq!(missing.json()["error"]["kind"], "not_found");
 
-    lyra.ok(&["delete", "vms", "--target", "db"]);
+    lyra.ok(&["delete", "vms", "--target", "db"])
+        .expect_stderr(&["warning: only db and what was built from it is deleted"]);
     assert_eq!(lyra.resources("vms").keys().collect::<Vec<_>>(), ["cache"]);
     assert_eq!(instances(&lyra), 1);
 }
