@@ -15,8 +15,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{Predicate as _, PredicateConfig, WatchStreamExt as _, predicates};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
@@ -149,7 +150,8 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
         let trigger = async move {
             let _ = rx.wait_for(|down| *down).await;
         };
-        Controller::new(api, watcher::Config::default())
+        let (reader, trigger_on) = spec_changes(api, ());
+        Controller::for_stream(trigger_on, reader)
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .graceful_shutdown_on(trigger)
             .run(reconcile, error_policy, Arc::clone(&ctx))
@@ -157,6 +159,44 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
     });
     futures::future::join_all(controllers).await;
     interrupter.abort();
+}
+
+/// The objects of `api` as a controller's trigger: each when what it asks for changes (its
+/// generation, annotations, finalizers or deletion), not when its status is written, which
+/// is our own doing. So an object's status writes cause no reconcile of it; its periodic
+/// refreshes and retries are the controller's schedule, not watch events. Also the cache
+/// the reconciles read (kept up to date with every event, status writes included).
+pub(crate) fn spec_changes<K>(
+    api: Api<K>,
+    dyntype: K::DynamicType,
+) -> (
+    reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let reader = writer.as_reader();
+    let deletion = |o: &K| {
+        o.meta()
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.as_millisecond().unsigned_abs())
+    };
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation
+                .combine(predicates::annotations)
+                .combine(predicates::finalizers)
+                .combine(deletion),
+            PredicateConfig::default(),
+        );
+    (reader, stream)
 }
 
 /// Logs what a controller did with one object: a wait for a lease is routine, a failure is
@@ -222,11 +262,13 @@ where
     let finalizer_at = match (finalizer_at, deleting) {
         // Not ours (any more): nothing to clean up.
         (None, true) => return Ok(Action::await_change()),
-        // The finalizer goes on before anything is applied; adding it triggers the next
-        // reconcile, which applies.
+        // The finalizer goes on before anything is applied; once it is on, this reconcile
+        // goes on to apply (waiting for the change it makes would be a round trip per object).
         (None, false) => {
-            add_finalizer(&api, obj, FINALIZER).await?;
-            return Ok(Action::await_change());
+            if !add_finalizer(&api, obj, FINALIZER).await? {
+                return Ok(Action::await_change());
+            }
+            obj.finalizers().len()
         }
         (Some(i), _) => i,
     };
@@ -267,7 +309,9 @@ fn json_patch(ops: serde_json::Value) -> Patch<()> {
 
 /// Adds the finalizer, provided the object is still the one seen and nobody changed its
 /// finalizers meanwhile (the apiserver does not deduplicate finalizers).
-pub(crate) async fn add_finalizer<K>(api: &Api<K>, wf: &K, finalizer: &str) -> Result<(), Error>
+/// Adds `finalizer`: `true` when this call added it, `false` when the object is gone or
+/// changed (the reconcile of that change does the rest).
+pub(crate) async fn add_finalizer<K>(api: &Api<K>, wf: &K, finalizer: &str) -> Result<bool, Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -291,8 +335,8 @@ where
         add,
     ]));
     let refused = match api.patch(name, &PatchParams::default(), &patch).await {
-        Ok(_) => return Ok(()),
-        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+        Ok(_) => return Ok(true),
+        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(false),
         // A failed `test`: the cache was behind (the finalizer may be there already).
         Err(e @ kube::Error::Api(_)) => e,
         Err(e) => return Err(Error::AddFinalizer(e)),
@@ -302,7 +346,7 @@ where
             Err(Error::AddFinalizer(refused))
         }
         // Gone, re-created, or already carrying it: the reconcile on that change does the rest.
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(false),
         Err(e) => Err(Error::AddFinalizer(e)),
     }
 }

@@ -750,7 +750,8 @@ async fn run_kind(
         let trigger = async move {
             let _ = rx.wait_for(|down| *down).await;
         };
-        Controller::new_with(api, watcher::Config::default(), kind.resource.clone())
+        let (reader, trigger_on) = wiring::spec_changes(api, kind.resource.clone());
+        Controller::for_stream_with(trigger_on, reader, kind.resource.clone())
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .reconcile_all_on(upgrades)
             .graceful_shutdown_on(trigger)

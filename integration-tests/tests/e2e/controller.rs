@@ -434,3 +434,28 @@ fn a_suspended_workflow_applies_nothing_but_can_be_deleted() {
     );
     assert!(controller.metric("lyra_reconciles_total") >= 3.0);
 }
+
+/// Our own writes cause no work: an object is taken from created to Ready by one run, and
+/// adding the finalizer and writing the status (several times) cause at most one more,
+/// idle, reconcile (the finalizer's change), not one per write.
+#[test]
+fn our_own_finalizer_and_status_writes_cause_no_runs() {
+    let cluster = cluster_or_skip!();
+    cluster.lyra.write_workflow(
+        "one",
+        "steps:\n  a:\n    resource: Null::Resource\n    value: {input: 1}\n  b:\n    resource: Null::Resource\n    value: {input: 2}\n",
+    );
+    let controller = cluster.controller("c1", &[]);
+    cluster.apply(
+        "apiVersion: lyra.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: quiet\n  namespace: default\nspec:\n  workflowName: one\n",
+    );
+    cluster.wait_for("quiet", "condition=Ready", "90s");
+    std::thread::sleep(Duration::from_secs(2));
+    let reconciles = controller.metric("lyra_reconciles_total");
+    assert!(
+        (1.0..=2.0).contains(&reconciles),
+        "{reconciles} reconciles for one object"
+    );
+    let history = cluster.lyra.history("k8s/default/quiet");
+    assert_eq!(history.len(), 1, "one run: {history:#?}");
+}
