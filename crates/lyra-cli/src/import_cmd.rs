@@ -97,7 +97,7 @@ pub async fn import(a: &ImportArgs, out: Output) -> Result<(), Exit> {
         }));
     }
     print(&format!(
-        "Imported {} '{}' as step '{}' of deployment '{}' (run {}).\nThe next apply would do this:\n",
+        "Imported {} {:?} as step '{}' of deployment '{}' (run {}).\nThe next apply would do this:\n",
         adopted.type_name, adopted.external_id, adopted.step_id, a.deployment, adopted.run
     ))?;
     print_styled(&output::plan_coloured(&plan))

@@ -47,7 +47,7 @@ fn an_existing_resource_is_adopted_and_the_next_plan_shown() {
     let run = lyra.ok(&["import", "vm", "web", &id]);
     assert!(
         run.stdout
-            .contains(&format!("Imported Foobernetes::Instance '{id}' as step 'web'")),
+            .contains(&format!("Imported Foobernetes::Instance {id:?} as step 'web'")),
         "{run}"
     );
     assert!(

@@ -44,7 +44,7 @@ pub enum AdoptError {
     NotResource(String),
     #[error("step '{0}' reads its resource by `external_id`: it already names the resource it uses")]
     ReadOnly(String),
-    #[error("step '{step}' already has a resource in deployment '{deployment}' ({external_id})")]
+    #[error("step '{step}' already has a resource in deployment '{deployment}' ({external_id:?})")]
     Recorded {
         step: String,
         deployment: String,
@@ -52,9 +52,9 @@ pub enum AdoptError {
     },
     #[error("no provider serves {0}")]
     NoProvider(String),
-    #[error("{type_name} '{external_id}' does not exist")]
+    #[error("{type_name} {external_id:?} does not exist")]
     Missing { type_name: String, external_id: String },
-    #[error("reading {type_name} '{external_id}': {message}")]
+    #[error("reading {type_name} {external_id:?}: {message}")]
     Read {
         type_name: String,
         external_id: String,
@@ -177,7 +177,8 @@ impl Engine<'_> {
                 error: put.as_ref().err().map(ToString::to_string),
             }],
             error: None,
-            note: Some(format!("adopted {} '{external_id}' as step '{step_id}'", schema.name)),
+            // Quoted: an id is the provider's text, and must not forge lines of the history.
+            note: Some(format!("adopted {} {external_id:?} as step '{step_id}'", schema.name)),
             returns: None,
         };
         self.store.finish_run(run, &end).await?;
