@@ -296,9 +296,42 @@ impl Lyra {
     /// `lyra ARGS` in the working directory, with no `LYRA_*` settings inherited.
     pub fn command<S: AsRef<str>>(&self, args: &[S]) -> Command {
         let mut cmd = Command::new(&self.bin);
-        cmd.args(args.iter().map(AsRef::as_ref))
-            .current_dir(self.dir())
-            .stdin(Stdio::null());
+        cmd.args(args.iter().map(AsRef::as_ref));
+        self.prepare(&mut cmd);
+        cmd
+    }
+
+    /// Runs `lyra ARGS` (`args` one line, quoted as for a shell) on a pseudo-terminal
+    /// (util-linux `script`), as `command` would run it plus the `extra` environment, typing
+    /// `answer`: the exit code and everything the terminal showed.
+    #[cfg(unix)]
+    pub fn on_terminal(&self, args: &str, answer: &str, extra: &[(&str, &str)]) -> (i32, String) {
+        use std::io::Write as _;
+        let line = format!("'{}' {args}", self.bin.display());
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &line, "/dev/null"]);
+        self.prepare(&mut cmd);
+        cmd.envs(extra.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .expect("util-linux `script` runs (it gives lyra a terminal)");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(answer.as_bytes())
+            .expect("type the answer");
+        let out = child.wait_with_output().expect("script");
+        let shown = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap_or(-1), shown)
+    }
+
+    /// The working directory and environment every run gets.
+    fn prepare(&self, cmd: &mut Command) {
+        cmd.current_dir(self.dir()).stdin(Stdio::null());
         for var in [
             "LYRA_WORKFLOWS",
             "LYRA_STATE",
@@ -322,7 +355,6 @@ impl Lyra {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        cmd
     }
 
     /// Runs `lyra ARGS` to completion and checks what must hold for every invocation: it ends

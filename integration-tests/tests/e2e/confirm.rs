@@ -2,10 +2,7 @@
 //! (util-linux `script`): the plan is shown, only `yes` goes on, `--yes` skips the question,
 //! and nothing is asked when there is nothing to change or stdin is not a terminal.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-
-use integration_tests::{Lyra, lyra_bin};
+use integration_tests::Lyra;
 
 const PAIR: &str = "\
 steps:
@@ -22,30 +19,14 @@ steps:
 
 const QUESTION: &str = "Only 'yes' is accepted";
 
-/// Runs `lyra ARGS` on a pseudo-terminal in `lyra`'s directory, typing `answer`: the exit
-/// code and everything the terminal showed.
+/// Runs `lyra ARGS` on a pseudo-terminal in `lyra`'s directory, typing `answer`.
 fn on_terminal(lyra: &Lyra, args: &str, answer: &str) -> (i32, String) {
-    let line = format!("'{}' {args}", lyra_bin().display());
-    let mut child = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .current_dir(lyra.dir())
-        .env_remove("LYRA_STATE")
-        .env_remove("LYRA_WORKFLOWS")
-        .env("LYRA_FOOBERNETES_FILE", lyra.path("deployment.json"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("util-linux `script` runs (it gives lyra a terminal)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(answer.as_bytes())
-        .expect("type the answer");
-    let out = child.wait_with_output().expect("script");
-    let shown = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), shown)
+    let cloud = lyra.path("deployment.json");
+    lyra.on_terminal(
+        args,
+        answer,
+        &[("LYRA_FOOBERNETES_FILE", cloud.to_str().expect("utf-8"))],
+    )
 }
 
 fn deployments(lyra: &Lyra) -> usize {

@@ -226,27 +226,11 @@ fn an_object_of_a_registered_kind_waits_for_approval_too() {
 /// code and everything the terminal showed.
 #[cfg(unix)]
 fn approve_on_terminal(cluster: &Cluster, args: &str, answer: &str) -> (i32, String) {
-    use std::io::Write as _;
-    use std::process::{Command, Stdio};
-    let line = format!("'{}' approve {args}", integration_tests::lyra_bin().display());
-    let mut child = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .current_dir(cluster.lyra.dir())
-        .env("KUBECONFIG", cluster.emulator.kubeconfig_path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("util-linux `script` runs (it gives lyra a terminal)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(answer.as_bytes())
-        .expect("type the answer");
-    let out = child.wait_with_output().expect("script");
-    let shown = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), shown)
+    let kubeconfig = cluster.emulator.kubeconfig_path();
+    let kubeconfig = kubeconfig.to_str().expect("utf-8");
+    cluster
+        .lyra
+        .on_terminal(&format!("approve {args}"), answer, &[("KUBECONFIG", kubeconfig)])
 }
 
 #[cfg(unix)]
