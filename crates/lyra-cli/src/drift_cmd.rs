@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use lyra_core::diag::Sources;
-use lyra_core::engine::{DriftReport, DriftStatus, Engine, EngineError, Quiet, ResourceDrift};
-use lyra_core::provider::Providers;
-use lyra_core::state::{Outcome, Recorder};
+use lyra_core::engine::{DriftReport, DriftStatus, EngineError, Quiet, ResourceDrift};
+use lyra_core::state::Outcome;
 use lyra_core::value::{Value, short};
 use serde::Serialize;
 
@@ -32,7 +31,7 @@ pub async fn drift(a: &DriftArgs, out: Output) -> Result<(), Exit> {
     let sources = Sources::default();
     if !a.refresh_state {
         // Reads only: no lease, so it never waits for (or blocks) a run.
-        let report = engine(a, &providers, store.as_ref(), &sources, &cancel)
+        let report = crate::engine(a.concurrency, &providers, store.as_ref(), &Quiet, &sources, &cancel)
             .drift(&a.deployment, false, &actor())
             .await
             .map_err(|e| engine_error(e, &sources))?;
@@ -46,9 +45,16 @@ pub async fn drift(a: &DriftArgs, out: Output) -> Result<(), Exit> {
         &a.lock,
         &cancel,
         |leased| async move {
-            engine(a, providers_ref, leased.recorder(), sources_ref, cancel_ref)
-                .drift(&a.deployment, true, &actor())
-                .await
+            crate::engine(
+                a.concurrency,
+                providers_ref,
+                leased.recorder(),
+                &Quiet,
+                sources_ref,
+                cancel_ref,
+            )
+            .drift(&a.deployment, true, &actor())
+            .await
         },
     )
     .await?;
@@ -57,27 +63,6 @@ pub async fn drift(a: &DriftArgs, out: Output) -> Result<(), Exit> {
         other => other.map_err(|e| engine_error(e, &sources))?,
     };
     finish(&report, out, (!kept).then(|| locking::lease_lost(&a.deployment)))
-}
-
-/// The engine of a check, reading through `providers` and recording (refreshing only)
-/// through `store`.
-fn engine<'a>(
-    a: &DriftArgs,
-    providers: &'a Providers,
-    store: &'a dyn Recorder,
-    sources: &'a Sources,
-    cancel: &'a AtomicBool,
-) -> Engine<'a> {
-    Engine {
-        providers,
-        store,
-        observer: &Quiet,
-        sources,
-        concurrency: a.concurrency as usize,
-        cancel,
-        hints: &lyra_host::Advice,
-        timer: &lyra_providers::TokioTimer,
-    }
 }
 
 /// Prints the report and ends the command by it: interrupted, a read failed, drift, or none.

@@ -61,7 +61,7 @@ pub async fn import(a: &ImportArgs, out: Output) -> Result<(), Exit> {
         &cancel,
         |leased| async move {
             engine(
-                &a.exec,
+                a.exec.concurrency,
                 providers_ref,
                 leased.recorder(),
                 &Quiet,
@@ -82,10 +82,17 @@ pub async fn import(a: &ImportArgs, out: Output) -> Result<(), Exit> {
         Ok(adopted) => adopted,
     };
     // What the next apply would do to it (and to the rest of the deployment).
-    let plan = engine(&a.exec, &providers, store.as_ref(), &Quiet, &sources, &cancel)
-        .plan(&program, &a.deployment, &data)
-        .await
-        .map_err(|e| engine_error(e, &sources))?;
+    let plan = engine(
+        a.exec.concurrency,
+        &providers,
+        store.as_ref(),
+        &Quiet,
+        &sources,
+        &cancel,
+    )
+    .plan(&program, &a.deployment, &data)
+    .await
+    .map_err(|e| engine_error(e, &sources))?;
     if out == Output::Json {
         return json(&json!({
             "deployment": a.deployment,

@@ -415,7 +415,7 @@ fn finish_leased(
 
 /// The engine of a command, recording through `store`.
 fn engine<'a>(
-    exec: &args::ExecArgs,
+    concurrency: u32,
     providers: &'a Providers,
     store: &'a dyn Recorder,
     observer: &'a dyn Observer,
@@ -427,7 +427,7 @@ fn engine<'a>(
         store,
         observer,
         sources,
-        concurrency: exec.concurrency as usize,
+        concurrency: concurrency as usize,
         cancel,
         hints: &lyra_host::Advice,
         timer: &lyra_providers::TokioTimer,
@@ -496,9 +496,16 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
             other => other?,
         };
         signals::install(Arc::clone(&cancel), out);
-        let result = engine(&a.exec, &providers, store.as_ref(), observer, &sources, &cancel)
-            .plan_targets(&program, &deployment, &data, &a.targets)
-            .await;
+        let result = engine(
+            a.exec.concurrency,
+            &providers,
+            store.as_ref(),
+            observer,
+            &sources,
+            &cancel,
+        )
+        .plan_targets(&program, &deployment, &data, &a.targets)
+        .await;
         progress.finish();
         let report = result.map_err(|e| engine_error(e, &sources))?;
         finish_report(&report, out, true, None)?;
@@ -520,9 +527,16 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
         |leased| async move {
             if ask {
                 // Planned under the lease: what is shown is what the apply starts from.
-                let plan = engine(&a.exec, providers, leased.recorder(), &Quiet, sources_ref, cancel_ref)
-                    .plan_targets(program, name, data, &a.targets)
-                    .await?;
+                let plan = engine(
+                    a.exec.concurrency,
+                    providers,
+                    leased.recorder(),
+                    &Quiet,
+                    sources_ref,
+                    cancel_ref,
+                )
+                .plan_targets(program, name, data, &a.targets)
+                .await?;
                 if saved_plan::changes(&plan) {
                     let _ = print_styled(&output::plan_coloured(&plan));
                     if !confirm::ask(&format!("Apply these changes to deployment '{name}'?")).await {
@@ -531,9 +545,16 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
                     }
                 }
             }
-            engine(&a.exec, providers, leased.recorder(), observer, sources_ref, cancel_ref)
-                .apply_targets(program, name, data, &actor(), &a.targets)
-                .await
+            engine(
+                a.exec.concurrency,
+                providers,
+                leased.recorder(),
+                observer,
+                sources_ref,
+                cancel_ref,
+            )
+            .apply_targets(program, name, data, &actor(), &a.targets)
+            .await
         },
     )
     .await?;
@@ -585,9 +606,16 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
     let progress = progress::Progress::new(a.exec.verbose);
     let sources = Sources::default();
     if a.dry_run {
-        let result = engine(&a.exec, &providers, store.as_ref(), &progress, &sources, &cancel)
-            .plan_delete_targets(&a.deployment, &a.targets)
-            .await;
+        let result = engine(
+            a.exec.concurrency,
+            &providers,
+            store.as_ref(),
+            &progress,
+            &sources,
+            &cancel,
+        )
+        .plan_delete_targets(&a.deployment, &a.targets)
+        .await;
         progress.finish();
         let report = result.map_err(|e| engine_error(e, &sources))?;
         finish_report(&report, out, true, None)?;
@@ -605,9 +633,16 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
         &cancel,
         |leased| async move {
             if ask {
-                let plan = engine(&a.exec, providers, leased.recorder(), &Quiet, sources_ref, cancel_ref)
-                    .plan_delete_targets(&a.deployment, &a.targets)
-                    .await?;
+                let plan = engine(
+                    a.exec.concurrency,
+                    providers,
+                    leased.recorder(),
+                    &Quiet,
+                    sources_ref,
+                    cancel_ref,
+                )
+                .plan_delete_targets(&a.deployment, &a.targets)
+                .await?;
                 if saved_plan::changes(&plan) {
                     let _ = print_styled(&output::plan_coloured(&plan));
                     let question = format!("Delete these resources of deployment '{}'?", a.deployment);
@@ -618,7 +653,7 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
                 }
             }
             engine(
-                &a.exec,
+                a.exec.concurrency,
                 providers,
                 leased.recorder(),
                 progress_ref,

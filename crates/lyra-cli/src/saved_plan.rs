@@ -459,10 +459,17 @@ pub async fn plan(a: &PlanArgs, file: &Path, out: Output) -> Result<(), Exit> {
     let cancel = Arc::new(AtomicBool::new(false));
     signals::install(Arc::clone(&cancel), out);
     let capture = Capture::new(store.as_ref());
-    let report = crate::engine(&r.exec, &providers, &capture, &Quiet, &inputs.sources, &cancel)
-        .plan(&inputs.program, &inputs.deployment, &inputs.data)
-        .await
-        .map_err(|e| crate::engine_error(e, &inputs.sources))?;
+    let report = crate::engine(
+        r.exec.concurrency,
+        &providers,
+        &capture,
+        &Quiet,
+        &inputs.sources,
+        &cancel,
+    )
+    .plan(&inputs.program, &inputs.deployment, &inputs.data)
+    .await
+    .map_err(|e| crate::engine_error(e, &inputs.sources))?;
     if report.outcome != Outcome::Succeeded {
         crate::warn(&format!(
             "the plan did not succeed: {} was not written\n",
@@ -807,7 +814,7 @@ pub async fn apply(a: &RunArgs, loaded: Loaded, out: Output) -> Result<(), Exit>
         |leased| async move {
             let capture = Capture::new(leased.recorder());
             let replanned = crate::engine(
-                &a.exec,
+                a.exec.concurrency,
                 providers_ref,
                 &capture,
                 &Quiet,
@@ -839,7 +846,7 @@ pub async fn apply(a: &RunArgs, loaded: Loaded, out: Output) -> Result<(), Exit>
             }
             Checked::Applied(
                 crate::engine(
-                    &a.exec,
+                    a.exec.concurrency,
                     providers_ref,
                     leased.recorder(),
                     progress_ref,

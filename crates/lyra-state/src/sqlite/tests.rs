@@ -455,28 +455,36 @@ fn lease_across_processes() {
 
 // --- Upgrades ---------------------------------------------------------------------------------
 
+/// A state file at `path` as an older Lyra left it: made by the first embedded migrations,
+/// the named ones (run from a copy in `dir`). The connection fills it with that version's rows.
+async fn schema_at(dir: &Path, path: &Path, migrations: &[&str]) -> SqliteConnection {
+    let old = dir.join("old-migrations");
+    std::fs::create_dir(&old).expect("mkdir");
+    for file in migrations {
+        let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations/sqlite")
+            .join(file);
+        std::fs::copy(from, old.join(file)).expect("copy a migration");
+    }
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+        .await
+        .expect("create the old file");
+    sqlx::migrate::Migrator::new(old.as_path())
+        .await
+        .expect("old migrator")
+        .run(&mut conn)
+        .await
+        .expect("migrate to the old schema");
+    conn
+}
+
 /// A file written by the first schema (before leases) upgrades in place: rows, run ids and
 /// the id sequence are kept, and the new columns have their defaults.
 #[tokio::test]
 async fn upgrade_from_schema_v1() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v1.db");
-    let v1 = dir.path().join("v1-migrations");
-    std::fs::create_dir(&v1).expect("mkdir");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite/0001_initial.sql"),
-        v1.join("0001_initial.sql"),
-    )
-    .expect("copy v1");
-    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
-        .await
-        .expect("create v1");
-    sqlx::migrate::Migrator::new(v1.as_path())
-        .await
-        .expect("v1 migrator")
-        .run(&mut conn)
-        .await
-        .expect("migrate to v1");
+    let mut conn = schema_at(dir.path(), &path, &["0001_initial.sql"]).await;
     sqlx::raw_sql(
         "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
          INSERT INTO resources VALUES ('d', 'a', 'T::T', 'x', '{}', '{}', '[]', 1, 1);
@@ -524,26 +532,12 @@ async fn upgrade_from_schema_v1() {
 async fn upgrade_from_schema_v2() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v2.db");
-    let v2 = dir.path().join("v2-migrations");
-    std::fs::create_dir(&v2).expect("mkdir");
-    for file in ["0001_initial.sql", "0002_leases_pending_notes.sql"] {
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("migrations/sqlite")
-                .join(file),
-            v2.join(file),
-        )
-        .expect("copy v2");
-    }
-    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
-        .await
-        .expect("create v2");
-    sqlx::migrate::Migrator::new(v2.as_path())
-        .await
-        .expect("v2 migrator")
-        .run(&mut conn)
-        .await
-        .expect("migrate to v2");
+    let mut conn = schema_at(
+        dir.path(),
+        &path,
+        &["0001_initial.sql", "0002_leases_pending_notes.sql"],
+    )
+    .await;
     sqlx::raw_sql(
         "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
          INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, depends_on,
@@ -590,30 +584,16 @@ async fn upgrade_from_schema_v2() {
 async fn upgrade_from_schema_v3() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v3.db");
-    let v3 = dir.path().join("v3-migrations");
-    std::fs::create_dir(&v3).expect("mkdir");
-    for file in [
-        "0001_initial.sql",
-        "0002_leases_pending_notes.sql",
-        "0003_store_identity_create_keys.sql",
-    ] {
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("migrations/sqlite")
-                .join(file),
-            v3.join(file),
-        )
-        .expect("copy v3");
-    }
-    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
-        .await
-        .expect("create v3");
-    sqlx::migrate::Migrator::new(v3.as_path())
-        .await
-        .expect("v3 migrator")
-        .run(&mut conn)
-        .await
-        .expect("migrate to v3");
+    let mut conn = schema_at(
+        dir.path(),
+        &path,
+        &[
+            "0001_initial.sql",
+            "0002_leases_pending_notes.sql",
+            "0003_store_identity_create_keys.sql",
+        ],
+    )
+    .await;
     sqlx::raw_sql(
         "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
          INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, outcome, counts,

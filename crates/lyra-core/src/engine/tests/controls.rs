@@ -112,16 +112,7 @@ impl Setup {
     }
 
     fn engine<'a>(&'a self, sources: &'a Sources) -> Engine<'a> {
-        Engine {
-            providers: &self.providers,
-            store: &self.store,
-            observer: &Quiet,
-            sources,
-            concurrency: 4,
-            cancel: &self.cancel,
-            hints: &Words,
-            timer: &ThreadTimer,
-        }
+        engine_for(&self.providers, &self.store, &Quiet, sources, &self.cancel)
     }
 
     fn apply(&self, main: &str, data: Value) -> Report {

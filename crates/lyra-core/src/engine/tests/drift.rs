@@ -101,14 +101,8 @@ impl Setup {
 
     fn engine<'a>(&'a self, sources: &'a Sources) -> Engine<'a> {
         Engine {
-            providers: &self.providers,
-            store: &self.store,
-            observer: &Quiet,
-            sources,
             concurrency: 2,
-            cancel: &self.cancel,
-            hints: &Words,
-            timer: &ThreadTimer,
+            ..engine_for(&self.providers, &self.store, &Quiet, sources, &self.cancel)
         }
     }
 
