@@ -444,7 +444,7 @@ fn check_targets(targets: &[String], known: &[String]) -> Result<(), Exit> {
             } else {
                 format!("did you mean: {}?", near.join(", "))
             };
-            return Err(Exit::usage(format!("--target {t}: the workflow has no step '{t}'"))
+            return Err(Exit::usage(format!("--target {t:?}: the workflow has no step {t:?}"))
                 .with("did_you_mean", &near)
                 .hint(&hint));
         }
@@ -585,7 +585,7 @@ async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {
             return Err(Exit::new(
                 Exit::FAILURE,
                 kind::NOT_FOUND,
-                format!("--target {t}: deployment '{}' records no step '{t}'", a.deployment),
+                format!("--target {t:?}: deployment '{}' records no step {t:?}", a.deployment),
             )
             .with("deployment", &a.deployment)
             .with("step", t)

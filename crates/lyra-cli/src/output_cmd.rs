@@ -113,7 +113,7 @@ pub async fn output(a: &OutputArgs, out: Output) -> Result<(), Exit> {
         let mut exit = Exit::new(
             Exit::FAILURE,
             kind::NOT_FOUND,
-            format!("deployment '{}' has no return '{name}'", a.deployment),
+            format!("deployment '{}' has no return {name:?}", a.deployment),
         )
         .with("deployment", &a.deployment)
         .with("did_you_mean", &near);

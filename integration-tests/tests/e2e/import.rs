@@ -107,6 +107,13 @@ fn what_cannot_be_imported_is_refused_and_nothing_recorded() {
     let db = lyra.resources("vm")["db"].clone();
     refused(&["vm", "db", &db], "conflict");
     refused(&["vm", "web/0", &id], "invalid_input");
+    // A name with a line break in it is quoted: it cannot forge a line of the message.
+    let forged = lyra.run(&["import", "vm", "web\nerror: forged", &id]);
+    forged.expect_code(1);
+    assert!(
+        !forged.stderr.lines().any(|l| l.starts_with("error: forged")),
+        "{forged}"
+    );
     assert_eq!(lyra.history("vm").len(), runs, "no run recorded for a refusal");
     assert!(!lyra.resources("vm").contains_key("web"));
 }

@@ -30,14 +30,14 @@ pub struct Adopted {
 /// Why a resource cannot be adopted. Nothing was recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum AdoptError {
-    #[error("the workflow has no step '{step}'")]
+    #[error("the workflow has no step {step:?}")]
     NoStep {
         step: String,
         /// The workflow's resource steps that can adopt one.
         candidates: Vec<String>,
     },
     #[error(
-        "step '{0}' is inside a collection or a call: only the workflow's own resource steps can adopt a resource for now"
+        "step {0:?} is inside a collection or a call: only the workflow's own resource steps can adopt a resource for now"
     )]
     Nested(String),
     #[error("step '{0}' is not a resource step")]
