@@ -1,11 +1,13 @@
 //! Process benchmark: the real `lyra` binary, one process per command, as a user runs it.
-//! Generated wide workflows (all steps independent, like the engine benchmark's) on a SQLite
-//! state file in a temporary directory: first apply, no-change plan, no-change apply and
-//! delete, each timed from spawn to exit. Prints the median (and the fastest) of several rounds
-//! per size; `--json FILE` also writes them as JSON.
+//! Generated workflows on a SQLite state file in a temporary directory: `validate`, first
+//! apply, no-change plan, no-change apply, `state show -o json` and delete, each timed from
+//! spawn to exit, with its peak resident memory (GNU time's `%M`). Prints the median (and the
+//! fastest) of several rounds per size beside the yardstick, SQLite itself committing as many
+//! single rows from a plain script in the same rounds; `--json FILE` also writes them as JSON.
 //!
-//! `--shape` picks the steps' provider: `null` (default: `Null::Resource`, the engine's own
-//! cost), `random` (`Random::Password`), `file` (`File::File`, each an atomic, synced write),
+//! `--shape` picks the steps' provider: `null` (default: `Null::Resource`, all steps
+//! independent, the engine's own cost), `deep` (`Null::Resource` steps in one chain, each
+//! reading the one before, so each waits for the previous record's commit), `random` (`Random::Password`), `file` (`File::File`, each an atomic, synced write),
 //! `exec` (`Exec::Command` with a read command: a process per step and operation),
 //! `postgres` (`Postgres::Role` on the server `LYRA_BENCH_PG_URL` names), `plugin`
 //! (`Example::Null` of the Rust SDK's example plugin `lyra-provider-example`: what a plugin
@@ -40,7 +42,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const COMMANDS: [&str; 4] = ["first apply", "no-change plan", "no-change apply", "delete"];
+/// The commands of a round, in order. `validate` and `state show` are only timed for Lyra.
+const COMMANDS: [&str; 6] = [
+    "validate",
+    "first apply",
+    "no-change plan",
+    "no-change apply",
+    "state show",
+    "delete",
+];
+
+/// One command's cost: wall time from spawn to exit, and the process's peak resident memory.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    took: Duration,
+    peak_kib: u64,
+}
 
 fn workflow(shape: &str, n: usize) -> String {
     let mut s = String::new();
@@ -53,6 +70,14 @@ fn workflow(shape: &str, n: usize) -> String {
     for i in 0..n {
         let step = match shape {
             "null" => format!("returns: {{o{i}: output}}\n    resource: Null::Resource\n    value:\n      input: {i}"),
+            // A chain: each step reads the one before, so each waits for its record's commit.
+            "deep" if i == 0 => {
+                "returns: {o0: output}\n    resource: Null::Resource\n    value:\n      input: 0".to_owned()
+            }
+            "deep" => format!(
+                "returns: {{o{i}: output}}\n    resource: Null::Resource\n    value:\n      input: $o{}",
+                i - 1
+            ),
             "random" => "resource: Random::Password\n    value:\n      length: 24".to_owned(),
             "file" => {
                 format!("resource: File::File\n    value:\n      path: out/f{i}.conf\n      content: \"value {i}\\n\"")
@@ -63,35 +88,67 @@ fn workflow(shape: &str, n: usize) -> String {
             }
             "plugin" => format!("returns: {{o{i}: output}}\n    resource: Example::Null\n    value:\n      input: {i}"),
             "tfnull" => format!("resource: TfNull::Resource\n    value:\n      triggers: {{i: '{i}'}}"),
-            other => panic!("unknown --shape {other}: null, random, file, exec, postgres, plugin, tfnull or terraform"),
+            other => {
+                panic!("unknown --shape {other}: null, deep, random, file, exec, postgres, plugin, tfnull or terraform")
+            }
         };
         s.push_str(&format!("  s{i}:\n    {step}\n"));
     }
     s
 }
 
-/// Runs `lyra` in `dir` and returns how long the process took; output is thrown away, as a
+/// Runs `lyra` in `dir` and returns what the process cost; output is thrown away, as a
 /// redirect to a file would (its rendering is measured, the terminal is not).
-fn lyra(dir: &Path, args: &[&str]) -> Duration {
-    let t = Instant::now();
-    let out = Command::new(bin())
-        .args(args)
+fn lyra(dir: &Path, args: &[&str]) -> Cost {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
         .current_dir(dir)
         .env_remove("LYRA_STATE")
-        .env_remove("LYRA_WORKFLOWS")
+        .env_remove("LYRA_WORKFLOWS");
+    measure(cmd, &format!("lyra {args:?}"))
+}
+
+/// Runs `cmd` to its end, stdout thrown away, under GNU time (`/usr/bin/time`, Debian's
+/// `time` package), which reports the process's peak resident memory. Both Lyra and the
+/// yardstick pay its fork, so comparisons stay fair.
+fn measure(cmd: Command, what: &str) -> Cost {
+    let report = tempfile::NamedTempFile::new().expect("a temporary file");
+    let mut timed = Command::new(GNU_TIME);
+    timed
+        .args(["-f", "%M", "-o"])
+        .arg(report.path())
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    if let Some(dir) = cmd.get_current_dir() {
+        timed.current_dir(dir);
+    }
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(v) => timed.env(key, v),
+            None => timed.env_remove(key),
+        };
+    }
+    let t = Instant::now();
+    let out = timed
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .expect("run lyra");
+        .unwrap_or_else(|e| panic!("{GNU_TIME} (apt install time): {e}"));
     let took = t.elapsed();
     assert!(
         out.status.success(),
-        "lyra {args:?} failed ({}): {}",
+        "{what} failed ({}): {}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    took
+    let kib = std::fs::read_to_string(report.path()).expect("the time report");
+    Cost {
+        took,
+        peak_kib: kib.trim().lines().last().and_then(|l| l.parse().ok()).unwrap_or(0),
+    }
 }
+
+const GNU_TIME: &str = "/usr/bin/time";
 
 fn bin() -> PathBuf {
     std::env::var_os("LYRA_BENCH_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lyra")), PathBuf::from)
@@ -122,32 +179,20 @@ fn install(from: &Path, dir: &Path, to: &str) {
         .unwrap_or_else(|e| panic!("{}: {e} (see this benchmark's doc comment)", from.display()));
 }
 
-/// Runs `terraform` in `dir`, timed like `lyra`.
-fn terraform(dir: &Path, args: &[&str]) -> Duration {
-    let t = Instant::now();
-    let out =
-        Command::new(std::env::var_os("LYRA_BENCH_TERRAFORM").expect("--shape terraform needs LYRA_BENCH_TERRAFORM"))
-            .args(args)
-            .current_dir(dir)
-            .env("TF_IN_AUTOMATION", "1")
-            .env("CHECKPOINT_DISABLE", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("run terraform");
-    let took = t.elapsed();
-    assert!(
-        out.status.success(),
-        "terraform {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
+/// Runs `terraform` in `dir`, measured like `lyra`.
+fn terraform(dir: &Path, args: &[&str]) -> Cost {
+    let mut cmd =
+        Command::new(std::env::var_os("LYRA_BENCH_TERRAFORM").expect("--shape terraform needs LYRA_BENCH_TERRAFORM"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env("TF_IN_AUTOMATION", "1")
+        .env("CHECKPOINT_DISABLE", "1");
+    measure(cmd, &format!("terraform {args:?}"))
 }
 
 /// Terraform applying `n` null resources with the same provider binary, found offline in a
 /// plugin directory (`terraform init` is not timed).
-fn terraform_round(n: usize) -> [Duration; 4] {
+fn terraform_round(n: usize) -> [Option<Cost>; 6] {
     let dir = tempfile::tempdir().expect("tempdir");
     install(
         &null_provider(),
@@ -168,11 +213,11 @@ fn terraform_round(n: usize) -> [Duration; 4] {
     let plan = terraform(dir.path(), &["plan", "-input=false"]);
     let again = terraform(dir.path(), &["apply", "-auto-approve", "-input=false"]);
     let delete = terraform(dir.path(), &["destroy", "-auto-approve", "-input=false"]);
-    [first, plan, again, delete]
+    [None, Some(first), Some(plan), Some(again), None, Some(delete)]
 }
 
-/// One round on a fresh state: the four commands' times, in [`COMMANDS`] order.
-fn round(shape: &str, n: usize) -> [Duration; 4] {
+/// One round on a fresh state: the commands' costs, in [`COMMANDS`] order.
+fn round(shape: &str, n: usize) -> [Option<Cost>; 6] {
     if shape == "terraform" {
         return terraform_round(n);
     }
@@ -195,13 +240,18 @@ fn round(shape: &str, n: usize) -> [Duration; 4] {
         }
         lyra(dir.path(), &args)
     };
+    let validate = lyra(dir.path(), &["validate", "wide.yaml"]);
     let first = run("apply");
     let plan = run("plan");
     let again = run("apply");
+    let show = lyra(
+        dir.path(),
+        &["state", "show", "wide", "-o", "json", "--state", "state.db"],
+    );
     let mut del = vec!["delete", "wide"];
     del.extend(state);
     let delete = lyra(dir.path(), &del);
-    [first, plan, again, delete]
+    [validate, first, plan, again, show, delete].map(Some)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -218,6 +268,30 @@ fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .map(String::as_str)
+}
+
+/// The yardstick: SQLite itself, `n` single-row commits in WAL mode with
+/// `synchronous=NORMAL` from a plain Python script (its `sqlite3` module), timed as a whole
+/// process like `lyra`. The floor a state that commits each record before going on stands on.
+const YARDSTICK: &str = r#"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("PRAGMA synchronous=NORMAL")
+db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+for i in range(int(sys.argv[2])):
+    db.execute("INSERT INTO t (id, v) VALUES (?, ?)", (i, "value %d" % i))
+db.close()
+"#;
+
+fn yardstick(n: usize) -> Cost {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(YARDSTICK)
+        .arg(dir.path().join("y.db"))
+        .arg(n.to_string());
+    measure(cmd, "the SQLite yardstick (python3)")
 }
 
 fn main() {
@@ -241,30 +315,56 @@ fn main() {
         })
     };
     println!("lyra process benchmark ({shape} steps): {}", bin().display());
+    println!("each cell: median wall time (fastest) / median peak RSS; yardstick: n SQLite commits");
     println!(
-        "{:>7}  {:>6}  {}",
+        "{:>7}  {:>6}  {:>12}{}",
         "steps",
         "rounds",
-        COMMANDS.map(|c| format!("{c:>22}")).join("")
+        "yardstick",
+        COMMANDS.map(|c| format!("{c:>26}")).join("")
     );
     let mut results = Vec::new();
     for &n in &sizes {
         let k = rounds(n);
-        let times: Vec<[Duration; 4]> = (0..k).map(|_| round(shape, n)).collect();
+        let mut marks = Vec::new();
+        let mut times = Vec::new();
+        // Interleaved, so that the yardstick and Lyra see the same machine.
+        for _ in 0..k {
+            marks.push(yardstick(n).took);
+            times.push(round(shape, n));
+        }
+        let mark = median(marks);
         let mut cells = Vec::new();
         let mut json = serde_json::Map::new();
         for (i, name) in COMMANDS.iter().enumerate() {
-            let each: Vec<Duration> = times.iter().map(|t| t[i]).collect();
-            let best = *each.iter().min().expect("a round");
-            let med = median(each);
-            cells.push(format!("{:>22}", format!("{:.0} ms (min {:.0})", ms(med), ms(best))));
+            let each: Vec<Cost> = times.iter().filter_map(|t| t[i]).collect();
+            if each.is_empty() {
+                cells.push(format!("{:>26}", "-"));
+                continue;
+            }
+            let took: Vec<Duration> = each.iter().map(|c| c.took).collect();
+            let best = *took.iter().min().expect("a round");
+            let med = median(took);
+            let mut peaks: Vec<u64> = each.iter().map(|c| c.peak_kib).collect();
+            peaks.sort_unstable();
+            let peak = peaks[peaks.len() / 2];
+            cells.push(format!(
+                "{:>26}",
+                format!("{:.0} ms ({:.0}) / {:.1} MB", ms(med), ms(best), peak as f64 / 1024.0)
+            ));
             json.insert(
                 (*name).to_owned(),
-                serde_json::json!({"median_ms": ms(med), "min_ms": ms(best)}),
+                serde_json::json!({"median_ms": ms(med), "min_ms": ms(best), "peak_rss_kib": peak}),
             );
         }
-        println!("{n:>7}  {k:>6}  {}", cells.join(""));
-        results.push(serde_json::json!({"shape": shape, "steps": n, "rounds": k, "commands": json}));
+        println!(
+            "{n:>7}  {k:>6}  {:>12}{}",
+            format!("{:.0} ms", ms(mark)),
+            cells.join("")
+        );
+        results.push(serde_json::json!({
+            "shape": shape, "steps": n, "rounds": k, "yardstick_ms": ms(mark), "commands": json,
+        }));
     }
     if let Some(file) = arg(&args, "--json") {
         let doc = serde_json::to_string_pretty(&results).expect("json");
