@@ -884,6 +884,66 @@ pub async fn stale_lease_writes_are_refused(store: &dyn Store) {
     assert_eq!(load(store, "e").await.resources, vec![resource("x")]);
 }
 
+/// Fenced writes made at once (one batch on SQLite): under a lost lease each is refused alone,
+/// writing nothing, while those under the current lease in the same moment all land, and a
+/// refused put into a deployment that does not exist yet does not make it.
+pub async fn stale_and_current_writes_at_once(store: &dyn Store) {
+    let old = Fence::from(&acquired(store, &lease_request("d", "paused@host", "token-old", 100)).await);
+    let run = store.begin_run_fenced(&old, &apply("d", "wf")).await.expect("begin");
+    for i in 0..10 {
+        store
+            .put_resource_fenced(&old, &resource(&format!("keep{i}")))
+            .await
+            .expect("put under the lease");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let new = Fence::from(&acquired(store, &lease_request("d", "next@host", "token-new", 60_000)).await);
+    let gone = Fence::from(&acquired(store, &lease_request("nowhere", "x@host", "token-x", 60_000)).await);
+    store.break_lease("nowhere").await.expect("break");
+
+    let stale: Vec<ResourceRecord> = (0..20).map(|i| resource(&format!("stale{i:02}"))).collect();
+    let fresh: Vec<ResourceRecord> = (0..20).map(|i| resource(&format!("fresh{i:02}"))).collect();
+    let stale_puts = join_all(stale.iter().map(|r| store.put_resource_fenced(&old, r)));
+    let fresh_puts = join_all(fresh.iter().map(|r| store.put_resource_fenced(&new, r)));
+    let kept: Vec<String> = (0..10).map(|i| format!("keep{i}")).collect();
+    let stale_removes = join_all(kept.iter().map(|id| store.remove_resource_fenced(&old, id)));
+    let (ended, y) = (end(Outcome::Succeeded), resource("y"));
+    let (stale_puts, fresh_puts, stale_removes, finish, elsewhere) = futures::join!(
+        stale_puts,
+        fresh_puts,
+        stale_removes,
+        store.finish_run_fenced(&old, run, &ended),
+        store.put_resource_fenced(&gone, &y),
+    );
+    let refused = |what: &str, r: Result<(), lyra_core::state::StoreError>| {
+        let e = r
+            .err()
+            .unwrap_or_else(|| panic!("{what} under a lost lease was accepted"));
+        assert_eq!(e.kind, StoreErrorKind::LeaseLost, "{what}: {e}");
+    };
+    for r in stale_puts {
+        refused("put", r);
+    }
+    for r in stale_removes {
+        refused("remove", r);
+    }
+    refused("finish_run", finish);
+    refused("put into a new deployment", elsewhere);
+    for r in fresh_puts {
+        r.expect("put under the current lease");
+    }
+
+    let mut expected: Vec<ResourceRecord> = fresh;
+    expected.extend((0..10).map(|i| resource(&format!("keep{i}"))));
+    expected.sort_by(|a, b| a.step_id.cmp(&b.step_id));
+    assert_eq!(load(store, "d").await.resources, expected);
+    assert_eq!(store.history("d").await.expect("history")[0].outcome, None);
+    assert!(
+        store.load("nowhere").await.expect("load").is_none(),
+        "a refused put made a deployment"
+    );
+}
+
 /// A lease on one deployment never blocks another.
 pub async fn leases_are_per_deployment(store: &dyn Store) {
     acquired(store, &lease_request("blue", "alice@laptop", "token-a", 60_000)).await;

@@ -36,6 +36,7 @@ macro_rules! for_each_check {
             break_lease_returns_holder;
             leases_are_per_deployment;
             stale_lease_writes_are_refused;
+            stale_and_current_writes_at_once;
             concurrent_acquires_one_winner(32);
             export_import_round_trip;
             import_replaces_resources;

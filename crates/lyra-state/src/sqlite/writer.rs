@@ -15,8 +15,11 @@
 //! statement runs, not when it was queued.
 //!
 //! A run's writes carry its lease ([`Fence`]): each is made only if that lease is still the
-//! deployment's, checked in the same transaction, so they never take the single-statement
-//! path. A refused one fails alone with [`Error::LeaseLost`] and writes nothing.
+//! deployment's. A record's put, its removal and a run's end check it inside their one
+//! statement (`… WHERE EXISTS (SELECT 1 FROM leases …)`), so alone they still take the
+//! single-statement path, and a chain of fenced writes costs one autocommit each; other
+//! fenced writes check it first in their transaction. A refused one fails alone with
+//! [`Error::LeaseLost`] and writes nothing.
 //!
 //! A write that is wrong on its own (finishing an unknown run) fails alone without touching
 //! the database. A database failure fails the whole batch: it is rolled back and every waiter
@@ -94,6 +97,11 @@ impl Op {
             // The acquire's upsert and its read of the holder must see one state.
             Op::BeginRun(_) | Op::AcquireLease { .. } | Op::Import(_) | Op::Drop { .. } => false,
         }
+    }
+
+    /// Whether the write checks its lease in its own statement (see [`apply`]).
+    fn checks_fence(&self) -> bool {
+        matches!(self, Op::Put(_) | Op::Remove { .. } | Op::FinishRun(_))
     }
 }
 
@@ -221,11 +229,11 @@ impl Task {
         // A lone single-statement write is its own transaction: no BEGIN/COMMIT round trips.
         // This is the deep-chain case, where each write waits for the previous one.
         if let [job] = jobs
-            && job.fence.is_none()
             && job.op.is_single_statement()
+            && (job.fence.is_none() || job.op.checks_fence())
             && !matches!(&job.op, Op::Put(row) if !self.known.contains(&row.deployment))
         {
-            return Ok(vec![apply(&mut self.conn, &job.op).await?]);
+            return Ok(vec![apply(&mut self.conn, &job.op, job.fence.as_ref()).await?]);
         }
 
         // IMMEDIATE takes the write lock up front, waiting (busy timeout) for another process
@@ -236,7 +244,17 @@ impl Task {
         let mut exists: HashMap<&str, bool> = HashMap::new();
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
+            // A put into a deployment not known to exist makes it first, which a refused put
+            // must not do either: its lease is checked before.
+            let makes_deployment = match &job.op {
+                Op::Put(row) => !exists
+                    .get(row.deployment.as_str())
+                    .copied()
+                    .unwrap_or_else(|| self.known.contains(&row.deployment)),
+                _ => false,
+            };
             if let Some(fence) = &job.fence
+                && (!job.op.checks_fence() || makes_deployment)
                 && !holds(&mut tx, fence).await?
             {
                 results.push(Err(Error::LeaseLost(fence.deployment.clone())));
@@ -245,11 +263,7 @@ impl Task {
             match &job.op {
                 Op::Put(row) => {
                     let deployment = row.deployment.as_str();
-                    let present = exists
-                        .get(deployment)
-                        .copied()
-                        .unwrap_or_else(|| self.known.contains(deployment));
-                    if !present {
+                    if makes_deployment {
                         sqlx::query(
                             "INSERT INTO deployments (name, workflow, created_at, updated_at) \
                              VALUES (?1, NULL, ?2, ?2) ON CONFLICT (name) DO NOTHING",
@@ -272,7 +286,7 @@ impl Task {
                 }
                 _ => {}
             }
-            results.push(apply(&mut tx, &job.op).await?);
+            results.push(apply(&mut tx, &job.op, job.fence.as_ref()).await?);
         }
         tx.commit().await?;
 
@@ -302,19 +316,40 @@ async fn holds(conn: &mut SqliteConnection, fence: &Fence) -> Result<bool, sqlx:
     Ok(held.is_some())
 }
 
-const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, \
-                                                   actual, depends_on, managed, pending, sensitive, updated_at, \
-                                                   create_key) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
-     ON CONFLICT (deployment, step_id) DO UPDATE SET \
+/// The lease condition of a write made in one statement: no token (`NULL`), or the
+/// deployment's lease still has it.
+macro_rules! fenced {
+    ($deployment:literal, $token:literal) => {
+        concat!(
+            "(",
+            $token,
+            " IS NULL OR EXISTS (SELECT 1 FROM leases WHERE deployment = ",
+            $deployment,
+            " AND token = ",
+            $token,
+            "))"
+        )
+    };
+}
+
+/// An upsert that writes nothing unless the lease in `?13` (if any) is still the
+/// deployment's. (`INSERT … SELECT` needs its `WHERE` before `ON CONFLICT` anyway.)
+const PUT_RESOURCE: &str = concat!(
+    "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, depends_on, \
+                            managed, pending, sensitive, updated_at, create_key) \
+     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12 WHERE ",
+    fenced!("?1", "?13"),
+    " ON CONFLICT (deployment, step_id) DO UPDATE SET \
          type_name = excluded.type_name, external_id = excluded.external_id, \
          desired = excluded.desired, actual = excluded.actual, \
          depends_on = excluded.depends_on, managed = excluded.managed, \
          pending = excluded.pending, sensitive = excluded.sensitive, updated_at = excluded.updated_at, \
-         create_key = excluded.create_key";
+         create_key = excluded.create_key"
+);
 
-async fn put(conn: &mut SqliteConnection, row: &ResourceRow) -> Result<(), sqlx::Error> {
-    sqlx::query(PUT_RESOURCE)
+/// Writes `row`, if `token` (when given) is still its deployment's lease: whether it did.
+async fn put(conn: &mut SqliteConnection, row: &ResourceRow, token: Option<&str>) -> Result<bool, sqlx::Error> {
+    let written = sqlx::query(PUT_RESOURCE)
         .bind(&row.deployment)
         .bind(&row.step_id)
         .bind(&row.type_name)
@@ -327,9 +362,10 @@ async fn put(conn: &mut SqliteConnection, row: &ResourceRow) -> Result<(), sqlx:
         .bind(&row.sensitive)
         .bind(row.updated_at)
         .bind(&row.create_key)
+        .bind(token)
         .execute(&mut *conn)
         .await?;
-    Ok(())
+    Ok(written.rows_affected() > 0)
 }
 
 /// Runs a statement returning at most one lease row. `fetch_all` rather than
@@ -342,7 +378,19 @@ async fn fetch_lease<'q>(
     Ok(query.fetch_all(&mut *conn).await?.pop())
 }
 
-async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Error>, sqlx::Error> {
+/// Makes one write. Those that [`Op::checks_fence`] make it only under `fence`; the caller
+/// has checked it for the others.
+async fn apply(
+    conn: &mut SqliteConnection,
+    op: &Op,
+    fence: Option<&Fence>,
+) -> Result<Result<Done, Error>, sqlx::Error> {
+    let token = fence.map(|f| f.token.as_str());
+    let lost = || {
+        Ok(Err(Error::LeaseLost(
+            fence.map(|f| f.deployment.clone()).unwrap_or_default(),
+        )))
+    };
     match op {
         Op::BeginRun(run) => {
             // Only an apply changes which workflow the deployment runs.
@@ -379,23 +427,38 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
             Ok(Ok(Done::Run(inserted.last_insert_rowid())))
         }
         Op::Put(row) => {
-            put(conn, row).await?;
+            if !put(conn, row, token).await? {
+                return lost();
+            }
             Ok(Ok(Done::Unit))
         }
         Op::Remove { deployment, step_id } => {
-            sqlx::query("DELETE FROM resources WHERE deployment = ?1 AND step_id = ?2")
-                .bind(deployment)
-                .bind(step_id)
-                .execute(&mut *conn)
-                .await?;
+            let removed = sqlx::query(concat!(
+                "DELETE FROM resources WHERE deployment = ?1 AND step_id = ?2 AND ",
+                fenced!("?1", "?3")
+            ))
+            .bind(deployment)
+            .bind(step_id)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?;
+            // Nothing removed: there was nothing to, or the lease is gone. Either way nothing
+            // was written; only the answer differs.
+            if removed.rows_affected() == 0
+                && let Some(fence) = fence
+                && !holds(conn, fence).await?
+            {
+                return lost();
+            }
             Ok(Ok(Done::Unit))
         }
         Op::FinishRun(end) => {
-            let updated = sqlx::query(
+            let updated = sqlx::query(concat!(
                 "UPDATE runs SET finished_at = ?2, outcome = ?3, counts = ?4, changes = ?5, \
                                  error = ?6, note = ?7, returns = ?8 \
-                 WHERE id = ?1 AND finished_at IS NULL",
-            )
+                 WHERE id = ?1 AND finished_at IS NULL AND ",
+                fenced!("?9", "?10")
+            ))
             .bind(end.id)
             .bind(end.finished_at)
             .bind(end.outcome)
@@ -404,10 +467,17 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
             .bind(&end.error)
             .bind(&end.note)
             .bind(&end.returns)
+            .bind(fence.map(|f| f.deployment.as_str()))
+            .bind(token)
             .execute(&mut *conn)
             .await?;
             if updated.rows_affected() == 1 {
                 return Ok(Ok(Done::Unit));
+            }
+            if let Some(fence) = fence
+                && !holds(conn, fence).await?
+            {
+                return lost();
             }
             // Nothing was written, so this job fails alone and the batch goes on.
             let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = ?1")
@@ -516,7 +586,7 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> Result<Result<Done, Erro
                 .execute(&mut *conn)
                 .await?;
             for row in &import.resources {
-                put(conn, row).await?;
+                put(conn, row, None).await?;
             }
             for run in &import.runs {
                 sqlx::query(
