@@ -80,6 +80,11 @@ pub struct ResourceSchema {
     pub attributes: Vec<AttributeSchema>,
     /// What it is, for `lyra providers`.
     pub doc: String,
+    /// Its resources exist only as their records (the provider computes them and keeps
+    /// nothing elsewhere: an echo, a random value, a key pair). A create cut short by a crash
+    /// then leaves nothing behind to find again, so the engine records no intent before it:
+    /// the next run simply creates anew. One commit per create instead of two.
+    pub local: bool,
 }
 
 impl ResourceSchema {
@@ -88,7 +93,14 @@ impl ResourceSchema {
             name: name.to_owned(),
             attributes,
             doc: String::new(),
+            local: false,
         }
+    }
+
+    /// See [`ResourceSchema::local`].
+    pub fn local(mut self) -> Self {
+        self.local = true;
+        self
     }
 
     pub fn doc(mut self, doc: &str) -> Self {

@@ -35,14 +35,17 @@ fn echo(desired: &Map) -> Map {
 #[async_trait]
 impl Provider for NullProvider {
     fn schemas(&self) -> Vec<ResourceSchema> {
-        vec![ResourceSchema::new(
-            RESOURCE,
-            vec![
-                AttributeSchema::new("input", Type::Any),
-                AttributeSchema::new("output", Type::Any).computed(),
-                AttributeSchema::new("triggers_replace", Type::Any).immutable(),
-            ],
-        )]
+        vec![
+            ResourceSchema::new(
+                RESOURCE,
+                vec![
+                    AttributeSchema::new("input", Type::Any),
+                    AttributeSchema::new("output", Type::Any).computed(),
+                    AttributeSchema::new("triggers_replace", Type::Any).immutable(),
+                ],
+            )
+            .local(),
+        ]
     }
 
     async fn create(&self, _cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {

@@ -227,6 +227,7 @@ impl Provider for RandomProvider {
                         .doc("The password, drawn once and kept in the state."),
                 ],
             )
+            .local()
             .doc("A random password, drawn once and kept in the state (like Terraform's random_password)."),
             ResourceSchema::new(
                 ID,
@@ -248,6 +249,7 @@ impl Provider for RandomProvider {
                     computed("dec", "The id as a decimal number, after the prefix."),
                 ],
             )
+            .local()
             .doc("Random bytes, drawn once and kept in the state (like Terraform's random_id)."),
         ]
     }

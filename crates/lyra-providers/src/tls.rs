@@ -490,8 +490,10 @@ fn schemas() -> Vec<ResourceSchema> {
                     .doc("The SHA-256 digest of the DER public key, in hex; the external id."),
             ],
         )
+        .local()
         .doc("A private key made once and kept in the state (like Terraform's tls_private_key)."),
         ResourceSchema::new(SELF_SIGNED_CERT, self_signed)
+            .local()
             .doc("A self-signed certificate, renewed within early_renewal_hours of its end (like Terraform's tls_self_signed_cert)."),
         ResourceSchema::new(
             CERT_REQUEST,
@@ -505,8 +507,10 @@ fn schemas() -> Vec<ResourceSchema> {
                     .doc("The certificate request (CSR), PEM."),
             ],
         )
+        .local()
         .doc("A certificate signing request (like Terraform's tls_cert_request)."),
         ResourceSchema::new(LOCALLY_SIGNED_CERT, locally_signed)
+            .local()
             .doc("A certificate signed by a CA key and certificate given to it (like Terraform's tls_locally_signed_cert)."),
     ]
 }

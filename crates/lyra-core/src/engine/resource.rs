@@ -380,7 +380,8 @@ impl Run<'_, '_> {
     ) -> Done {
         // The intent is recorded before `create` so that a crash before the result is recorded
         // leaves a trace (see `Lookup`). For a replace it follows the delete: until then the
-        // record keeps the old resource's id.
+        // record keeps the old resource's id. A local type leaves no trace to find (see
+        // `ResourceSchema::local`): no intent.
         let mut intent = ResourceRecord::intent(
             t.at.id,
             &t.schema.name,
@@ -391,6 +392,9 @@ impl Run<'_, '_> {
         super::config::record(&mut intent, t.config);
         let intent_recorded = AtomicBool::new(false);
         let record_intent = || async {
+            if t.schema.local {
+                return Ok(());
+            }
             self.engine
                 .store
                 .put_resource(self.deployment, &intent)

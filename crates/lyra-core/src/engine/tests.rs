@@ -44,6 +44,8 @@ struct MemStore {
     runs: Mutex<RunId>,
     /// What each run recorded as its end, for the history.
     ends: Mutex<Vec<RunEnd>>,
+    /// Every put, in order: the step and whether it was an intent.
+    puts: Mutex<Vec<(String, bool)>>,
 }
 
 impl Default for MemStore {
@@ -59,6 +61,7 @@ impl MemStore {
             deployments: Mutex::default(),
             runs: Mutex::new(0),
             ends: Mutex::default(),
+            puts: Mutex::default(),
         }
     }
 }
@@ -82,6 +85,7 @@ impl crate::state::Recorder for MemStore {
         Ok(*runs)
     }
     async fn put_resource(&self, d: &str, rec: &ResourceRecord) -> Result<(), StoreError> {
+        self.puts.lock().unwrap().push((rec.step_id.clone(), rec.pending));
         let mut m = self.deployments.lock().unwrap();
         let dep = m.get_mut(d).unwrap();
         dep.resources.retain(|r| r.step_id != rec.step_id);
@@ -143,16 +147,18 @@ impl Scripted {
 #[async_trait]
 impl Provider for Scripted {
     fn schemas(&self) -> Vec<ResourceSchema> {
-        vec![ResourceSchema::new(
-            "Test::Thing",
-            vec![
-                AttributeSchema::new("input", Type::Any),
-                AttributeSchema::new("zone", Type::optional(Type::String)).immutable(),
-                AttributeSchema::new("id", Type::optional(Type::String)).provided(),
-                AttributeSchema::new("echo", Type::Any).computed(),
-                AttributeSchema::new("deep", Type::Any).computed(),
-            ],
-        )]
+        let attributes = vec![
+            AttributeSchema::new("input", Type::Any),
+            AttributeSchema::new("zone", Type::optional(Type::String)).immutable(),
+            AttributeSchema::new("id", Type::optional(Type::String)).provided(),
+            AttributeSchema::new("echo", Type::Any).computed(),
+            AttributeSchema::new("deep", Type::Any).computed(),
+        ];
+        // The same, existing only as its records.
+        vec![
+            ResourceSchema::new("Test::Thing", attributes.clone()),
+            ResourceSchema::new("Test::Local", attributes).local(),
+        ]
     }
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
         self.log.lock().unwrap().push(format!("create {}", cx.step_id));
@@ -721,6 +727,34 @@ fn a_pending_record_the_provider_cannot_check_is_reported_not_created_again() {
     let r = f.delete();
     assert_eq!(step(&r, "a").status, Status::Failed);
     assert_eq!(f.ids(), ["a"], "the others are deleted, the unknown one is kept");
+}
+
+#[test]
+fn only_resources_that_exist_elsewhere_record_an_intent() {
+    let f = Fixture::new();
+    let yaml = "
+steps:
+  a:
+    resource: Test::Thing
+    value: {input: 1}
+  b:
+    resource: Test::Local
+    value: {input: 2}
+";
+    let r = f.run(yaml, json!({}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    let mut puts = f.store.puts.lock().unwrap().clone();
+    puts.sort();
+    assert_eq!(
+        puts,
+        [("a".to_owned(), false), ("a".to_owned(), true), ("b".to_owned(), false)],
+        "the local type's create is recorded once, with no intent before it"
+    );
+    // A replace of a local type: delete, create, one record.
+    f.store.puts.lock().unwrap().clear();
+    let r = f.run(&yaml.replace("input: 2}", "input: 2, zone: z}"), json!({}), Mode::Apply);
+    assert_eq!(step(&r, "b").action, Action::Replace, "{r:#?}");
+    assert_eq!(*f.store.puts.lock().unwrap(), [("b".to_owned(), false)]);
 }
 
 #[test]
