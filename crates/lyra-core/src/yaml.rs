@@ -5,8 +5,9 @@
 //! workflow, `each`/`eachPair`/`times`/`range` → collection, `call` → call, `resource` →
 //! resource. Unlike the original parser, unknown keys are errors.
 
-use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode};
-use marked_yaml::{LoaderOptions, Node, parse_yaml_with_options};
+mod tree;
+
+use tree::{LoadError, Mapping, Mark, Node, Scalar};
 use yaml_rust2::scanner::TokenType;
 
 use crate::diag::{Diagnostic, Diagnostics, FileId, Span};
@@ -96,14 +97,7 @@ pub fn parse_value(text: &str) -> Result<Value, String> {
             m.col().saturating_sub(2)
         ));
     }
-    let node = parse_yaml_with_options(
-        0,
-        &wrapped,
-        LoaderOptions::default()
-            .error_on_duplicate_keys(true)
-            .prevent_coercion(true),
-    )
-    .map_err(|e| e.to_string())?;
+    let node = tree::parse(&wrapped).map_err(|e| e.to_string())?;
     Ok(node
         .as_mapping()
         .and_then(|m| m.get_node("v"))
@@ -203,9 +197,6 @@ fn nesting_bound(text: &str) -> Option<usize> {
 }
 
 fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
-    let opts = LoaderOptions::default()
-        .error_on_duplicate_keys(true)
-        .prevent_coercion(true);
     if text.trim().is_empty() {
         let mut d = Diagnostics::default();
         d.error(Span::new(file, 1, 1), "the file is empty");
@@ -222,59 +213,49 @@ fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
         );
         return Err(d);
     }
-    parse_yaml_with_options(file.0 as usize, text, opts).map_err(|e| {
-        use marked_yaml::LoadError::*;
-        let (marker, msg) = match &e {
-            TopLevelMustBeMapping(m) => (Some(*m), "the top level must be a mapping".to_owned()),
-            TopLevelMustBeSequence(m) => (Some(*m), "the top level must be a sequence".to_owned()),
-            // The loader marks the node an anchor or a tag belongs to, which starts after it
-            // (on the next line for `when: !flag`): the scanner knows where it is written.
-            UnexpectedAnchor(m) => (
-                Some(first_token(text, |t| matches!(t, TokenType::Anchor(_))).unwrap_or(*m)),
+    tree::parse(text).map_err(|e| {
+        let (mark, msg) = match &e {
+            LoadError::TopLevelMustBeMapping(m) => (*m, "the top level must be a mapping".to_owned()),
+            // The event of an anchor or a tag marks the node it belongs to, which starts after
+            // it (on the next line for `when: !flag`): the scanner knows where it is written.
+            LoadError::UnexpectedAnchor(m) => (
+                first_token(text, |t| matches!(t, TokenType::Anchor(_))).unwrap_or(*m),
                 "YAML anchors are not supported".to_owned(),
             ),
-            MappingKeyMustBeScalar(m) => (Some(*m), "mapping keys must be plain scalars".to_owned()),
-            UnexpectedTag(m) => (
-                Some(first_token(text, |t| matches!(t, TokenType::Tag(..))).unwrap_or(*m)),
+            LoadError::MappingKeyMustBeScalar(m) => (*m, "mapping keys must be plain scalars".to_owned()),
+            LoadError::UnexpectedTag(m) => (
+                first_token(text, |t| matches!(t, TokenType::Tag(..))).unwrap_or(*m),
                 "YAML tags are not supported".to_owned(),
             ),
             // An alias (`*name`) is read as a reference to an anchor, which none can be.
-            ScanError(m, _)
-                if first_token(text, |t| matches!(t, TokenType::Alias(_)))
-                    .is_some_and(|a| (a.line(), a.column()) == (m.line(), m.column())) =>
-            {
-                (Some(*m), "YAML aliases are not supported".to_owned())
+            LoadError::Scan(m, _) if first_token(text, |t| matches!(t, TokenType::Alias(_))) == Some(*m) => {
+                (*m, "YAML aliases are not supported".to_owned())
             }
-            ScanError(m, _) => {
-                let full = e.to_string();
-                // The scanner's text repeats the position; keep the description only.
-                let desc = full.split_once(": ").map_or(full.as_str(), |(_, d)| d).to_owned();
-                (Some(*m), format!("malformed YAML: {desc}"))
-            }
-            DuplicateKey(inner) => (
-                inner.key.span().start().copied(),
+            LoadError::Scan(m, scan) => (*m, format!("malformed YAML: {}", scan.info())),
+            LoadError::DuplicateKey { key, first } => (
+                key.mark(),
                 format!(
                     "duplicate key '{}' (first defined at line {})",
-                    inner.key.as_str(),
-                    inner.prev_key.span().start().map_or(0, |m| m.line())
+                    key.as_str(),
+                    first.line
                 ),
             ),
         };
-        let span = marker.map_or(Span::new(file, 1, 1), |m| {
-            Span::new(file, m.line() as u32, m.column() as u32)
-        });
         let mut d = Diagnostics::default();
-        d.error(span, msg);
+        d.error(Span::new(file, mark.line, mark.col), msg);
         d
     })
 }
 
 /// Where the first token that `wanted` picks is written, as a loader marker (1-based line and
 /// column), if the scanner gets that far.
-fn first_token(text: &str, wanted: impl Fn(&TokenType) -> bool) -> Option<marked_yaml::Marker> {
+fn first_token(text: &str, wanted: impl Fn(&TokenType) -> bool) -> Option<Mark> {
     yaml_rust2::scanner::Scanner::new(text.chars())
         .find(|t| wanted(&t.1))
-        .map(|t| marked_yaml::Marker::new(0, t.0.index(), t.0.line(), t.0.col() + 1))
+        .map(|t| Mark {
+            line: u32::try_from(t.0.line()).unwrap_or(u32::MAX),
+            col: u32::try_from(t.0.col() + 1).unwrap_or(u32::MAX),
+        })
 }
 
 /// A YAML node's data value: plain scalars are typed (null, booleans, numbers), quoted ones
@@ -287,7 +268,7 @@ pub(crate) fn value_of(node: &Node) -> Value {
     }
 }
 
-fn scalar_value(s: &MarkedScalarNode) -> Value {
+fn scalar_value(s: &Scalar) -> Value {
     let text = s.as_str();
     if !s.may_coerce() {
         return Value::String(text.to_owned());
@@ -320,17 +301,15 @@ struct FrontEnd {
 
 impl FrontEnd {
     fn span(&self, node: &Node) -> Span {
-        self.marker_span(node.span().start())
+        self.marker_span(node.mark())
     }
 
-    fn key_span(&self, key: &MarkedScalarNode) -> Span {
-        self.marker_span(key.span().start())
+    fn key_span(&self, key: &Scalar) -> Span {
+        self.marker_span(key.mark())
     }
 
-    fn marker_span(&self, m: Option<&marked_yaml::Marker>) -> Span {
-        m.map_or(Span::new(self.file, 0, 0), |m| {
-            Span::new(self.file, m.line() as u32, m.column() as u32)
-        })
+    fn marker_span(&self, m: Mark) -> Span {
+        Span::new(self.file, m.line, m.col)
     }
 
     fn err(&mut self, span: Span, msg: impl Into<String>) {
@@ -401,7 +380,7 @@ impl FrontEnd {
         }
     }
 
-    fn step(&mut self, name: &str, span: Span, map: &MarkedMappingNode) -> Option<Step> {
+    fn step(&mut self, name: &str, span: Span, map: &Mapping) -> Option<Step> {
         self.step_at(name, span, map, false)
     }
 
@@ -468,7 +447,7 @@ impl FrontEnd {
     }
 
     /// `retry:` (`3`, or `{attempts: 3, backoff: 2s, max_backoff: 1m}`) and `timeout:`.
-    fn controls(&mut self, map: &MarkedMappingNode) -> Controls {
+    fn controls(&mut self, map: &Mapping) -> Controls {
         let mut c = Controls::none();
         if let Some(n) = map.get_node("timeout") {
             c.timeout = self.duration(n, "'timeout'");
@@ -523,7 +502,7 @@ impl FrontEnd {
         c
     }
 
-    fn step_at(&mut self, name: &str, span: Span, map: &MarkedMappingNode, top: bool) -> Option<Step> {
+    fn step_at(&mut self, name: &str, span: Span, map: &Mapping, top: bool) -> Option<Step> {
         let has = |k: &str| map.get_node(k).is_some();
         let coll_keys: Vec<&str> = COLLECTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         let kinds = [has("steps"), !coll_keys.is_empty(), has("call"), has("resource")];
@@ -616,6 +595,9 @@ impl FrontEnd {
             let mut steps = Vec::new();
             match map.get_node("steps") {
                 Some(Node::Mapping(children)) => {
+                    // Sized once: a workflow of 10,000 steps would otherwise grow (and keep)
+                    // up to twice the room.
+                    steps.reserve_exact(children.iter().len());
                     for (k, v) in children.iter() {
                         let cspan = self.key_span(k);
                         match v.as_mapping() {
@@ -661,6 +643,7 @@ impl FrontEnd {
             let mut value = Vec::new();
             match map.get_node("value") {
                 Some(Node::Mapping(m)) => {
+                    value.reserve_exact(m.iter().len());
                     for (k, v) in m.iter() {
                         value.push(Attr {
                             name: k.as_str().to_owned(),
@@ -698,7 +681,7 @@ impl FrontEnd {
         })
     }
 
-    fn collection(&mut self, name: &str, span: Span, map: &MarkedMappingNode, key: &str) -> Option<StepKind> {
+    fn collection(&mut self, name: &str, span: Span, map: &Mapping, key: &str) -> Option<StepKind> {
         let node = map.get_node(key).expect("checked");
         let over_span = self.span(node);
         let over = match key {
@@ -737,7 +720,7 @@ impl FrontEnd {
             None => name.to_owned(),
         };
         let step = match map.get_node("step") {
-            Some(Node::Mapping(m)) => self.step(name, self.marker_span(m.span().start()), m)?,
+            Some(Node::Mapping(m)) => self.step(name, self.marker_span(m.mark()), m)?,
             Some(other) => {
                 self.err(self.span(other), "'step' must be a mapping (the step to repeat)");
                 return None;
@@ -759,7 +742,7 @@ impl FrontEnd {
     fn params(&mut self, node: &Node, is_call: bool) -> Vec<Param> {
         match node {
             Node::Mapping(m) => {
-                let mut out = Vec::new();
+                let mut out = Vec::with_capacity(m.iter().len());
                 for (k, v) in m.iter() {
                     let span = self.key_span(k);
                     let name = k.as_str().to_owned();
@@ -895,7 +878,8 @@ impl FrontEnd {
     fn returns(&mut self, node: &Node) -> Vec<Return> {
         match node {
             Node::Mapping(m) => {
-                let mut out = Vec::new();
+                // Exactly sized: a first push would make room for four.
+                let mut out = Vec::with_capacity(m.iter().len());
                 for (k, v) in m.iter() {
                     let span = self.key_span(k);
                     let mut r = Return {
