@@ -164,7 +164,7 @@ impl SqliteStore {
             path: path.to_owned(),
             id,
             reads,
-            writer: Writer::spawn(conn),
+            writer: Writer::new(conn),
         })
     }
 

@@ -675,3 +675,42 @@ pub(crate) fn is_uuid(s: &str) -> bool {
         && groups[2].starts_with('4')
         && groups[3].starts_with(['8', '9', 'a', 'b'])
 }
+
+/// Callers that give up while their write is queued or being committed (their future dropped
+/// after one poll, possibly while leading a batch that holds other callers' writes) cut no one
+/// else short: every write that was waited for lands, and the store goes on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_giving_up_cut_no_one_else_short() {
+    let f = Fixture::new().await;
+    f.store.begin_run(&c::apply("d", "wf")).await.expect("begin_run");
+    let mut waited = Vec::new();
+    for round in 0..20 {
+        let records: Vec<_> = (0..60).map(|i| c::resource(&format!("r{round:02}-{i:02}"))).collect();
+        let calls = records.iter().enumerate().map(|(i, r)| {
+            let store = &f.store;
+            async move {
+                let put = store.put_resource("d", r);
+                if i % 3 == 0 {
+                    // One poll: queued, perhaps leading; then dropped.
+                    let _ = tokio::time::timeout(Duration::ZERO, put).await;
+                    None
+                } else {
+                    Some((r.clone(), put.await))
+                }
+            }
+        });
+        for (record, result) in futures::future::join_all(calls).await.into_iter().flatten() {
+            result.expect("a put that was waited for lands");
+            waited.push(record);
+        }
+    }
+    let state = f.store.load("d").await.expect("load").expect("deployment");
+    for record in &waited {
+        assert!(state.resources.contains(record), "{} is missing", record.step_id);
+    }
+    f.store
+        .put_resource("d", &c::resource("last"))
+        .await
+        .expect("the store still writes");
+    f.store.close().await.expect("close");
+}

@@ -1,13 +1,16 @@
-//! Group commit: one task owns the write connection and commits batches.
+//! Group commit: the callers share the write connection, and one of them at a time commits
+//! everything queued.
 //!
 //! The engine records each step's outcome and waits for it before starting the step's
 //! dependents, often from many steps at once. A commit per call would serialise all of them
-//! behind the disk; instead every call queues its write and waits on a oneshot. The task takes
+//! behind the disk; instead every call queues its write, then waits for its answer or for the
+//! connection, whichever comes first. Whoever gets the connection (the leader) takes
 //! everything queued, writes it in one `BEGIN IMMEDIATE` transaction, commits, and only then
 //! answers each waiter, so every write is durable when its call returns. While one batch
-//! commits, the next one queues up, so batches grow with the load by themselves. A batch of
-//! one single-statement write skips `BEGIN`/`COMMIT` and runs as its own autocommit
-//! transaction: in a deep chain of dependent steps that is every write.
+//! commits, the next one queues up, so batches grow with the load by themselves. A lone
+//! caller (a deep chain of dependent steps) is its own leader: its write runs in its own task,
+//! with no hand-off to another task and back, and a batch of one single-statement write skips
+//! `BEGIN`/`COMMIT` and runs as its own autocommit transaction.
 //!
 //! Lease operations go through the same queue: a conditional upsert inside a `BEGIN IMMEDIATE`
 //! transaction is atomic against every other process writing the file, which is what makes the
@@ -26,19 +29,18 @@
 //! gets the same error.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use lyra_core::state::RunId;
 use sqlx::error::ErrorKind as DbErrorKind;
 use sqlx::{Connection, SqliteConnection};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::rows::{LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms};
 use crate::store::Fence;
 
-/// Most writes committed in one transaction; also the queue length before callers wait.
+/// Most writes committed in one transaction.
 const MAX_BATCH: usize = 1024;
 
 /// One write.
@@ -128,18 +130,127 @@ struct Job {
     reply: oneshot::Sender<Reply>,
 }
 
-/// The handle to the writer task. Dropping it lets the task finish the queued writes and stop.
+/// The shared write connection and its queue.
 pub(crate) struct Writer {
-    queue: mpsc::Sender<Job>,
-    task: JoinHandle<Result<(), sqlx::Error>>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    queue: Mutex<Queue>,
+    /// The connection: whoever holds it commits. `None` once closed.
+    task: Arc<tokio::sync::Mutex<Option<Task>>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: Vec<Job>,
+    /// Someone is committing what is queued: a caller, or a drainer task it handed over to.
+    /// Never set with the queue left empty for good: whoever clears it has seen it empty.
+    leading: bool,
+    closed: bool,
+}
+
+impl Inner {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next batch, or `None` (and no longer leading) when nothing is queued.
+    fn next_batch(&self) -> Option<Vec<Job>> {
+        let mut q = self.queue();
+        if q.jobs.is_empty() {
+            q.leading = false;
+            return None;
+        }
+        let n = q.jobs.len().min(MAX_BATCH);
+        Some(q.jobs.drain(..n).collect())
+    }
+
+    /// Commits `jobs`: here when `inline` (the caller's own job alone, or a drainer task),
+    /// else in a task of their own, so that the caller giving up (its future dropped) cannot
+    /// cut other callers' batch short.
+    async fn commit(self: &Arc<Self>, jobs: Vec<Job>, inline: bool) {
+        let mut task = Arc::clone(&self.task).lock_owned().await;
+        if inline {
+            if let Some(task) = task.as_mut() {
+                task.commit(jobs).await;
+            }
+            return;
+        }
+        let batch = tokio::spawn(async move {
+            // Closed meanwhile: the jobs are dropped, and their callers told so.
+            if let Some(task) = task.as_mut() {
+                task.commit(jobs).await;
+            }
+        });
+        let _ = batch.await;
+    }
+
+    /// Commits until nothing is queued (a drainer task's whole life).
+    async fn drain(self: Arc<Self>) {
+        let mut lead = Lead::new(&self);
+        while let Some(jobs) = self.next_batch() {
+            self.commit(jobs, true).await;
+        }
+        lead.done();
+    }
+
+    /// Stops leading if nothing is queued; otherwise whoever asks keeps leading.
+    fn stop_if_idle(&self) -> bool {
+        let mut q = self.queue();
+        if q.jobs.is_empty() {
+            q.leading = false;
+        }
+        !q.leading
+    }
+}
+
+/// Held while leading: if the leader goes before it is [`Lead::done`] (it handed over, or its
+/// future was dropped), a drainer task takes over, so queued writes never lack a leader.
+struct Lead {
+    inner: Arc<Inner>,
+    done: bool,
+}
+
+impl Lead {
+    fn new(inner: &Arc<Inner>) -> Lead {
+        Lead {
+            inner: Arc::clone(inner),
+            done: false,
+        }
+    }
+
+    /// Nothing is left to lead (and `leading` was cleared).
+    fn done(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(Arc::clone(&self.inner).drain());
+            }
+            // No runtime left to drain on: the next caller leads.
+            Err(_) => self.inner.queue().leading = false,
+        }
+    }
 }
 
 impl Writer {
-    pub fn spawn(conn: SqliteConnection) -> Writer {
-        let (queue, jobs) = mpsc::channel(MAX_BATCH);
+    pub fn new(conn: SqliteConnection) -> Writer {
         Writer {
-            queue,
-            task: tokio::spawn(run(conn, jobs)),
+            inner: Arc::new(Inner {
+                queue: Mutex::default(),
+                task: Arc::new(tokio::sync::Mutex::new(Some(Task {
+                    conn,
+                    known: HashSet::new(),
+                }))),
+            }),
         }
     }
 
@@ -151,31 +262,79 @@ impl Writer {
     /// Queues `op`, to be written only while `fence` is the deployment's lease, and waits
     /// until it is committed (or refused).
     pub async fn submit_fenced(&self, op: Op, fence: Option<Fence>) -> Result<Done, Error> {
-        let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Job { op, fence, reply })
-            .await
-            .map_err(|_| Error::Closed)?;
-        match answer.await {
+        let (reply, mut answer) = oneshot::channel();
+        let lead = {
+            let mut q = self.inner.queue();
+            if q.closed {
+                return Err(Error::Closed);
+            }
+            q.jobs.push(Job { op, fence, reply });
+            !std::mem::replace(&mut q.leading, true)
+        };
+        let mut answered = None;
+        if lead {
+            let mut guard = Lead::new(&self.inner);
+            // Nobody was leading, so the queue held nothing before this job: a first batch of
+            // one is this caller's own.
+            let mut first = true;
+            // Until answered: then whatever else is queued is left to a drainer task (the
+            // guard's drop), and this caller goes on with its own work.
+            loop {
+                match answer.try_recv() {
+                    Err(oneshot::error::TryRecvError::Empty) => {}
+                    got => {
+                        answered = Some(got.map_err(|_| ()));
+                        break;
+                    }
+                }
+                let Some(jobs) = self.inner.next_batch() else {
+                    // Taken by `close`, which answers it.
+                    guard.done();
+                    break;
+                };
+                let own = first && jobs.len() == 1;
+                first = false;
+                self.inner.commit(jobs, own).await;
+            }
+            if self.inner.stop_if_idle() {
+                guard.done();
+            }
+        }
+        let answered = match answered {
+            Some(got) => got,
+            None => (&mut answer).await.map_err(|_| ()),
+        };
+        match answered {
             Ok(Ok(value)) => Ok(value),
             // Sole owner: the error was this write's own; otherwise the batch shares it.
             Ok(Err(e)) => Err(Arc::try_unwrap(e).unwrap_or_else(Error::Batch)),
-            // The task went away without answering: its runtime is shutting down.
+            // Dropped unanswered: the store closed first.
             Err(_) => Err(Error::Closed),
         }
     }
 
-    /// Stops accepting writes, waits for the queued ones and closes the connection.
-    pub async fn close(self) -> Result<(), Error> {
-        drop(self.queue);
-        match self.task.await {
-            Ok(closed) => closed.map_err(Error::Sqlx),
-            Err(_) => Err(Error::Closed),
+    /// Stops accepting writes, commits the queued ones and closes the connection.
+    pub async fn close(&self) -> Result<(), Error> {
+        let mut left = {
+            let mut q = self.inner.queue();
+            q.closed = true;
+            std::mem::take(&mut q.jobs)
+        };
+        // Waits for a batch being committed.
+        let Some(mut task) = self.inner.task.lock().await.take() else {
+            return Ok(());
+        };
+        // Queued by callers that gave up waiting: still committed, as they would have been.
+        while !left.is_empty() {
+            let rest = left.split_off(left.len().min(MAX_BATCH));
+            task.commit(left).await;
+            left = rest;
         }
+        task.conn.close().await.map_err(Error::Sqlx)
     }
 }
 
-/// The task's state: the connection, and the deployments known to exist.
+/// The leader's state: the connection, and the deployments known to exist.
 struct Task {
     conn: SqliteConnection,
     /// Deployments seen committed, so puts into them need not make sure they exist again: a
@@ -185,36 +344,32 @@ struct Task {
     known: HashSet<String>,
 }
 
-async fn run(conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) -> Result<(), sqlx::Error> {
-    let mut task = Task {
-        conn,
-        known: HashSet::new(),
-    };
-    let mut jobs = Vec::with_capacity(MAX_BATCH);
-    // `recv_many` waits for one job, then takes whatever else is already queued; it returns
-    // 0 once every sender is gone and the queue is empty.
-    while queue.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-        let mut written = task.write_batch(&jobs).await;
-        if matches!(&written, Err(e) if is_foreign_key_violation(e)) && !task.known.is_empty() {
-            task.known.clear();
-            written = task.write_batch(&jobs).await;
+impl Task {
+    /// Writes and commits `jobs`, and answers each.
+    async fn commit(&mut self, jobs: Vec<Job>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let mut written = self.write_batch(&jobs).await;
+        if matches!(&written, Err(e) if is_foreign_key_violation(e)) && !self.known.is_empty() {
+            self.known.clear();
+            written = self.write_batch(&jobs).await;
         }
         match written {
             Ok(results) => {
-                for (job, result) in jobs.drain(..).zip(results) {
+                for (job, result) in jobs.into_iter().zip(results) {
                     // A waiter that gave up is fine: its write is committed anyway.
                     let _ = job.reply.send(result.map_err(Arc::new));
                 }
             }
             Err(e) => {
                 let e = Arc::new(Error::Sqlx(e));
-                for job in jobs.drain(..) {
+                for job in jobs {
                     let _ = job.reply.send(Err(Arc::clone(&e)));
                 }
             }
         }
     }
-    task.conn.close().await
 }
 
 fn is_foreign_key_violation(e: &sqlx::Error) -> bool {
