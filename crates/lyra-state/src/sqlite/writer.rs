@@ -1,16 +1,21 @@
-//! Group commit: the callers share the write connection, and one of them at a time commits
-//! everything queued.
+//! Group commit: the callers share the write connection, and one at a time commits what is
+//! queued.
 //!
 //! The engine records each step's outcome and waits for it before starting the step's
 //! dependents, often from many steps at once. A commit per call would serialise all of them
-//! behind the disk; instead every call queues its write, then waits for its answer or for the
-//! connection, whichever comes first. Whoever gets the connection (the leader) takes
-//! everything queued, writes it in one `BEGIN IMMEDIATE` transaction, commits, and only then
-//! answers each waiter, so every write is durable when its call returns. While one batch
-//! commits, the next one queues up, so batches grow with the load by themselves. A lone
-//! caller (a deep chain of dependent steps) is its own leader: its write runs in its own task,
-//! with no hand-off to another task and back, and a batch of one single-statement write skips
-//! `BEGIN`/`COMMIT` and runs as its own autocommit transaction.
+//! behind the disk; instead every call queues its write and waits for its answer. A caller
+//! that finds nobody committing leads: it commits what is queued (its own write, often alone)
+//! in its own task, with no hand-off to another task and back, and once answered leaves
+//! whatever queued meanwhile to a drainer task, which commits batch after batch until the
+//! queue is empty. Each batch is one `BEGIN IMMEDIATE` transaction, and its waiters are
+//! answered only after the commit, so every write is durable when its call returns. While one
+//! batch commits the next one queues up, so batches grow with the load by themselves. A batch
+//! of one single-statement write skips `BEGIN`/`COMMIT` and runs as its own autocommit
+//! transaction: in a deep chain of dependent steps that is every write.
+//!
+//! A leader's future may be dropped (its caller gave up): other callers' writes are therefore
+//! committed in a task of their own, never inline in a future that can vanish, and a leader
+//! that goes early hands the queue to a drainer task.
 //!
 //! Lease operations go through the same queue: a conditional upsert inside a `BEGIN IMMEDIATE`
 //! transaction is atomic against every other process writing the file, which is what makes the
