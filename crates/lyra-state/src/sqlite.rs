@@ -1,7 +1,7 @@
 //! The SQLite state store.
 //!
-//! One file holds everything. Writes go through a single writer connection owned by a
-//! background task that commits everything queued at once (group commit, see [`writer`]);
+//! One file holds everything. Writes go through a single writer connection that the callers
+//! take turns on, each turn committing everything queued at once (group commit, see [`writer`]);
 //! reads use a small pool and run in read transactions, so each sees one consistent snapshot.
 //! WAL mode lets the readers and the writer run side by side.
 //!
