@@ -240,9 +240,20 @@ fn write_out(out: &mut impl std::io::Write, s: &str) -> Result<(), Exit> {
     }
 }
 
+/// Prints `v` as pretty JSON, written as it is serialised: a large document (the state of
+/// 50,000 resources) is never held whole as text.
 pub fn json(v: &impl serde::Serialize) -> Result<(), Exit> {
-    let s = serde_json::to_string_pretty(v).map_err(|e| Exit::failure(e.to_string()))?;
-    print(&(s + "\n"))
+    use std::io::Write as _;
+    PRINTED.store(true, Ordering::SeqCst);
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    let written = serde_json::to_writer_pretty(&mut out, v)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Exit::failure(format!("writing output: {e}"))),
+        _ => Ok(()),
+    }
 }
 
 async fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {

@@ -500,11 +500,24 @@ pub struct ResourceJson<'a> {
     pub type_name: &'a str,
     pub external_id: &'a str,
     /// The actual state the provider last reported, sensitive values masked.
-    pub state: Map,
+    pub state: Masked<'a>,
     pub managed: bool,
     /// An interrupted run may have created it without recording the result.
     pub pending: bool,
     pub depends_on: &'a [String],
+}
+
+/// A record's actual state, masked only when it is written: one masked copy at a time, not
+/// one per resource of the whole deployment.
+pub struct Masked<'a> {
+    record: &'a ResourceRecord,
+    shown: &'a dyn Fn(&ResourceRecord) -> Map,
+}
+
+impl Serialize for Masked<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (self.shown)(self.record).serialize(s)
+    }
 }
 
 /// The state as `lyra state show` prints it; `shown` gives a record's actual state with its
@@ -512,7 +525,7 @@ pub struct ResourceJson<'a> {
 pub fn state_json<'a>(
     d: &'a DeploymentState,
     lease: Option<&'a Lease>,
-    shown: &dyn Fn(&ResourceRecord) -> Map,
+    shown: &'a dyn Fn(&ResourceRecord) -> Map,
 ) -> StateJson<'a> {
     StateJson {
         deployment: &d.name,
@@ -525,7 +538,7 @@ pub fn state_json<'a>(
                 step: &r.step_id,
                 type_name: &r.type_name,
                 external_id: &r.external_id,
-                state: shown(r),
+                state: Masked { record: r, shown },
                 managed: r.managed,
                 pending: r.pending,
                 depends_on: &r.depends_on,
