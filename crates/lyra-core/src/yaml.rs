@@ -36,7 +36,7 @@ pub fn parse_workflow(name: &str, file: FileId, text: &str) -> Result<Workflow, 
 /// or an unknown key still leaves a workflow that validation can check further, so that all
 /// problems are reported at once.
 pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<Workflow>, Diagnostics) {
-    let node = match load(file, text) {
+    let mut node = match load(file, text) {
         Ok(n) => n,
         Err(d) => return (None, d),
     };
@@ -46,12 +46,15 @@ pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<W
     };
     let span = Span::new(file, 1, 1);
     let mut providers = Vec::new();
-    let root = match node.as_mapping() {
+    let root = match node.as_mapping_mut() {
         Some(map) => {
             if let Some(n) = map.get_node("providers") {
                 providers = fe.providers(n);
             }
-            fe.step_at(name, span, map, true)
+            // The top level's steps are read out of the tree one by one, each freed once its
+            // step is built: the tree and the model of a large workflow are not both whole.
+            let steps = map.take_node("steps");
+            fe.step_at(name, span, map, steps, true)
         }
         None => {
             fe.diags
@@ -381,7 +384,7 @@ impl FrontEnd {
     }
 
     fn step(&mut self, name: &str, span: Span, map: &Mapping) -> Option<Step> {
-        self.step_at(name, span, map, false)
+        self.step_at(name, span, map, None, false)
     }
 
     /// `providers:`: a mapping of namespaces to their settings.
@@ -502,7 +505,31 @@ impl FrontEnd {
         c
     }
 
-    fn step_at(&mut self, name: &str, span: Span, map: &Mapping, top: bool) -> Option<Step> {
+    /// One child of `steps:`.
+    fn child_step(&mut self, k: &Scalar, v: &Node, steps: &mut Vec<Step>) {
+        let cspan = self.key_span(k);
+        match v.as_mapping() {
+            Some(m) => {
+                if let Some(s) = self.step(k.as_str(), cspan, m) {
+                    steps.push(s);
+                }
+            }
+            None => self.err(self.span(v), format!("step '{}' must be a mapping", k.as_str())),
+        }
+    }
+
+    /// `steps:` that is not a mapping.
+    fn not_steps(&mut self, node: &Node) {
+        match node {
+            // `steps:` with nothing under it: a workflow of parameters and returns only.
+            Node::Scalar(s) if s.as_str().is_empty() => {}
+            other => self.err(self.span(other), "'steps' must be a mapping of step names to steps"),
+        }
+    }
+
+    /// A step from its mapping. `taken_steps` is its `steps:` value when the caller took it
+    /// out of `map` (where an empty value stands in its place), to be consumed here.
+    fn step_at(&mut self, name: &str, span: Span, map: &Mapping, taken_steps: Option<Node>, top: bool) -> Option<Step> {
         let has = |k: &str| map.get_node(k).is_some();
         let coll_keys: Vec<&str> = COLLECTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         let kinds = [has("steps"), !coll_keys.is_empty(), has("call"), has("resource")];
@@ -593,27 +620,28 @@ impl FrontEnd {
 
         let kind = if kinds[0] {
             let mut steps = Vec::new();
-            match map.get_node("steps") {
-                Some(Node::Mapping(children)) => {
+            let borrowed = match &taken_steps {
+                Some(_) => None,
+                None => map.get_node("steps"),
+            };
+            match (taken_steps, borrowed) {
+                (Some(Node::Mapping(children)), _) => {
                     // Sized once: a workflow of 10,000 steps would otherwise grow (and keep)
                     // up to twice the room.
                     steps.reserve_exact(children.iter().len());
-                    for (k, v) in children.iter() {
-                        let cspan = self.key_span(k);
-                        match v.as_mapping() {
-                            Some(m) => {
-                                if let Some(s) = self.step(k.as_str(), cspan, m) {
-                                    steps.push(s);
-                                }
-                            }
-                            None => self.err(self.span(v), format!("step '{}' must be a mapping", k.as_str())),
-                        }
+                    for (k, v) in children.into_entries() {
+                        self.child_step(&k, &v, &mut steps);
                     }
                 }
-                // `steps:` with nothing under it: a workflow of parameters and returns only.
-                Some(Node::Scalar(s)) if s.as_str().is_empty() => {}
-                Some(other) => self.err(self.span(other), "'steps' must be a mapping of step names to steps"),
-                None => {}
+                (None, Some(Node::Mapping(children))) => {
+                    steps.reserve_exact(children.iter().len());
+                    for (k, v) in children.iter() {
+                        self.child_step(k, v, &mut steps);
+                    }
+                }
+                (Some(other), _) => self.not_steps(&other),
+                (None, Some(other)) => self.not_steps(other),
+                (None, None) => {}
             }
             let n = steps.len();
             StepKind::Workflow {
@@ -940,6 +968,49 @@ mod tests {
 
     fn parse(text: &str) -> Result<Workflow, Diagnostics> {
         parse_workflow("t", FileId(0), text)
+    }
+
+    fn messages(text: &str) -> Vec<String> {
+        let d = parse(text).expect_err("refused");
+        d.iter()
+            .map(|d| format!("{}:{} {}", d.span.line, d.span.col, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn steps_are_read_the_same_at_the_top_and_nested() {
+        // The top level's `steps:` is consumed out of the tree, a nested one is borrowed:
+        // both give the same steps, in order, and the same errors.
+        let nested = "steps:\n  inner:\n    steps:\n      b: {resource: A::B}\n      a: {resource: A::B}\n";
+        let wf = parse(nested).expect("parses");
+        let StepKind::Workflow { steps, .. } = &wf.root.kind else {
+            panic!("a workflow")
+        };
+        let StepKind::Workflow { steps: inner, .. } = &steps[0].kind else {
+            panic!("nested")
+        };
+        assert_eq!(inner.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+        let top = parse("steps:\n  b: {resource: A::B}\n  a: {resource: A::B}\n").expect("parses");
+        let StepKind::Workflow { steps, .. } = &top.root.kind else {
+            panic!("a workflow")
+        };
+        assert_eq!(steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+        assert_eq!(steps[0].span.line, 2);
+
+        assert_eq!(
+            messages("steps: 5\n"),
+            ["1:8 'steps' must be a mapping of step names to steps"]
+        );
+        assert_eq!(
+            messages("steps:\n  inner:\n    steps: [x]\n"),
+            ["3:12 'steps' must be a mapping of step names to steps"]
+        );
+        assert_eq!(messages("steps:\n  a: 1\n"), ["2:6 step 'a' must be a mapping"]);
+        assert!(parse("steps:\nreturns: []\n").is_ok(), "empty steps");
+        assert!(
+            messages("steps: {}\nresource: A::B\n")[0].contains("mixes step kinds"),
+            "the key still counts once its value is taken"
+        );
     }
 
     #[test]

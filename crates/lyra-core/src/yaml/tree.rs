@@ -82,6 +82,21 @@ impl Mapping {
     pub fn get_node(&self, key: &str) -> Option<&Node> {
         self.entries.iter().find(|(k, _)| k.text == key).map(|(_, v)| v)
     }
+    /// Takes the value of `key` out, leaving an empty plain scalar where it was (the key
+    /// stays, at its place).
+    pub fn take_node(&mut self, key: &str) -> Option<Node> {
+        let (_, v) = self.entries.iter_mut().find(|(k, _)| k.text == key)?;
+        let empty = Node::Scalar(Scalar {
+            text: String::new(),
+            mark: v.mark(),
+            plain: true,
+        });
+        Some(std::mem::replace(v, empty))
+    }
+    /// The entries, owned, in document order.
+    pub fn into_entries(self) -> std::vec::IntoIter<(Scalar, Node)> {
+        self.entries.into_iter()
+    }
     pub fn mark(&self) -> Mark {
         self.mark
     }
@@ -115,6 +130,12 @@ impl Node {
         }
     }
     pub fn as_mapping(&self) -> Option<&Mapping> {
+        match self {
+            Node::Mapping(m) => Some(m),
+            _ => None,
+        }
+    }
+    pub fn as_mapping_mut(&mut self) -> Option<&mut Mapping> {
         match self {
             Node::Mapping(m) => Some(m),
             _ => None,
