@@ -234,7 +234,12 @@ pub fn print_styled(s: &str) -> Result<(), Exit> {
 }
 
 fn write_out(out: &mut impl std::io::Write, s: &str) -> Result<(), Exit> {
-    match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+    written(out.write_all(s.as_bytes()).and_then(|()| out.flush()))
+}
+
+/// The outcome of writing output: a closed pipe (`| head`) is not a failure.
+fn written(result: std::io::Result<()>) -> Result<(), Exit> {
+    match result {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Exit::failure(format!("writing output: {e}"))),
         _ => Ok(()),
     }
@@ -246,14 +251,12 @@ pub fn json(v: &impl serde::Serialize) -> Result<(), Exit> {
     use std::io::Write as _;
     PRINTED.store(true, Ordering::SeqCst);
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-    let written = serde_json::to_writer_pretty(&mut out, v)
-        .map_err(std::io::Error::from)
-        .and_then(|()| out.write_all(b"\n"))
-        .and_then(|()| out.flush());
-    match written {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Exit::failure(format!("writing output: {e}"))),
-        _ => Ok(()),
-    }
+    written(
+        serde_json::to_writer_pretty(&mut out, v)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush()),
+    )
 }
 
 async fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {

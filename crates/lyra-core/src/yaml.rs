@@ -255,10 +255,7 @@ fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
 fn first_token(text: &str, wanted: impl Fn(&TokenType) -> bool) -> Option<Mark> {
     yaml_rust2::scanner::Scanner::new(text.chars())
         .find(|t| wanted(&t.1))
-        .map(|t| Mark {
-            line: u32::try_from(t.0.line()).unwrap_or(u32::MAX),
-            col: u32::try_from(t.0.col() + 1).unwrap_or(u32::MAX),
-        })
+        .map(|t| Mark::of(t.0))
 }
 
 /// A YAML node's data value: plain scalars are typed (null, booleans, numbers), quoted ones

@@ -27,7 +27,8 @@ pub(crate) struct Mark {
 }
 
 impl Mark {
-    fn of(m: yaml_rust2::scanner::Marker) -> Mark {
+    /// A scanner's marker (0-based column) as a mark.
+    pub fn of(m: yaml_rust2::scanner::Marker) -> Mark {
         Mark {
             line: u32::try_from(m.line()).unwrap_or(u32::MAX),
             col: u32::try_from(m.col() + 1).unwrap_or(u32::MAX),
