@@ -30,10 +30,11 @@
 //! `StoreErrorKind::Unavailable`. Nothing reported as written is ever lost: a write is only
 //! reported once its commit is acknowledged.
 //!
-//! **Fencing.** A run's writes ([`FencedWrites`]) run in a transaction that first takes a
-//! share lock on the lease row with the run's token (`FOR SHARE`): no token, no write
-//! ([`Error::LeaseLost`]); and a takeover or break of the lease, which updates or deletes that
-//! row, waits for the write's commit, so it never slips in between check and write.
+//! **Fencing.** A run's writes ([`FencedWrites`]) first take a share lock on the lease row
+//! with the run's token (`FOR SHARE`): no token, no write ([`Error::LeaseLost`]); and a
+//! takeover or break of the lease, which updates or deletes that row, waits for the write's
+//! commit, so it never slips in between check and write. A resource's put or removal does
+//! both in one statement (the lock in a CTE), the others in one transaction.
 //!
 //! **Leases** use the server's clock (`clock_timestamp()`), so clients with skewed clocks
 //! agree on expiry.
@@ -477,17 +478,68 @@ const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_nam
 /// [`PUT_RESOURCE`], creating the deployment first if needed, in one statement (so one round
 /// trip and one commit). The foreign key is checked at the end of the statement, so it sees
 /// the deployment the CTE inserted.
-const PUT_RESOURCE_ENSURING_DEPLOYMENT: &str = "WITH d AS (\
+/// The columns of a resource row, and what an upsert of one sets on conflict. The values are
+/// `$1` to `$12` (see [`bind_resource`]).
+macro_rules! resource_columns {
+    () => {
+        "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
+                                depends_on, managed, pending, sensitive, updated_at, create_key) "
+    };
+}
+macro_rules! resource_upsert {
+    () => {
+        " ON CONFLICT (deployment, step_id) DO UPDATE SET \
+             type_name = excluded.type_name, external_id = excluded.external_id, \
+             desired = excluded.desired, actual = excluded.actual, depends_on = excluded.depends_on, \
+             managed = excluded.managed, pending = excluded.pending, sensitive = excluded.sensitive, \
+             updated_at = excluded.updated_at, create_key = excluded.create_key"
+    };
+}
+
+const PUT_RESOURCE_ENSURING_DEPLOYMENT: &str = concat!(
+    "WITH d AS (\
          INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, NULL, $10, $10) \
-         ON CONFLICT (name) DO NOTHING) \
-     INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
-                            depends_on, managed, pending, sensitive, updated_at, create_key) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12) \
-     ON CONFLICT (deployment, step_id) DO UPDATE SET \
-         type_name = excluded.type_name, external_id = excluded.external_id, \
-         desired = excluded.desired, actual = excluded.actual, depends_on = excluded.depends_on, \
-         managed = excluded.managed, pending = excluded.pending, sensitive = excluded.sensitive, \
-         updated_at = excluded.updated_at, create_key = excluded.create_key";
+         ON CONFLICT (name) DO NOTHING) ",
+    resource_columns!(),
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12)",
+    resource_upsert!()
+);
+
+/// A write under a fence in one statement, answering whether the fence held: the `fence` CTE
+/// takes the share lock on the lease row (held until the statement commits, as it would be
+/// in a transaction), and each write of the statement is conditioned on its having found the
+/// row. One round trip instead of four (BEGIN, check, write, COMMIT). The first two
+/// arguments are the parameters of the fence's deployment and token.
+macro_rules! fenced {
+    ($deployment:literal, $token:literal; $($write:expr),+ $(,)?) => {
+        concat!(
+            "WITH fence AS (SELECT 1 FROM leases WHERE deployment = ",
+            $deployment,
+            " AND token = ",
+            $token,
+            " FOR SHARE), ",
+            $($write,)+
+            " SELECT EXISTS (SELECT 1 FROM fence)"
+        )
+    };
+}
+
+const FENCED_PUT_RESOURCE: &str = fenced!("$13", "$14";
+    "d AS (\
+         INSERT INTO deployments (name, workflow, created_at, updated_at) \
+         SELECT $1, NULL, $10, $10 WHERE EXISTS (SELECT 1 FROM fence) \
+         ON CONFLICT (name) DO NOTHING), \
+     w AS (",
+    resource_columns!(),
+    "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12 WHERE EXISTS (SELECT 1 FROM fence)",
+    resource_upsert!(),
+    ")"
+);
+
+/// `$1` and `$2` are the deployment and step.
+const FENCED_REMOVE_RESOURCE: &str = fenced!("$3", "$4";
+    "w AS (DELETE FROM resources WHERE deployment = $1 AND step_id = $2 AND EXISTS (SELECT 1 FROM fence))"
+);
 
 fn bind_resource<'q>(
     query: &'static str,
@@ -506,6 +558,15 @@ fn bind_resource<'q>(
         .bind(row.updated_at)
         .bind(&row.sensitive)
         .bind(&row.create_key)
+}
+
+/// Binds the fence's parameters of a [`fenced!`] statement, the last two.
+fn bind_fence<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    fence: Option<&'q Fence>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let (deployment, token) = fence.map(|f| (f.deployment.as_str(), f.token.as_str())).unzip();
+    query.bind(deployment).bind(token)
 }
 
 crate::store::recorder_and_fenced_writes!(PostgresStore);
@@ -572,23 +633,25 @@ impl PostgresStore {
         Ok(id)
     }
 
-    /// Runs one write statement: alone (one autocommit round trip) without a fence, or in a
-    /// transaction after the fence check with one. Fewer round trips also mean fewer chances
-    /// for a dropped connection to fail a write until its retries run out.
-    async fn write(
+    /// Runs one write: `plain` alone without a fence, `fenced` (see [`fenced!`]) with one;
+    /// either way one autocommit round trip. Fewer round trips also mean fewer chances for a
+    /// dropped connection to fail a write until its retries run out.
+    async fn write<'q>(
         &self,
-        fence: Option<&Fence>,
-        statement: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        fence: Option<&'q Fence>,
+        plain: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        fenced: impl FnOnce() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<(), Error> {
-        if fence.is_none() {
-            statement.execute(&self.pool).await?;
+        let Some(fence) = fence else {
+            plain.execute(&self.pool).await?;
             return Ok(());
+        };
+        let held: bool = sqlx::Row::try_get(&fenced().fetch_one(&self.pool).await?, 0)?;
+        if held {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost(fence.deployment.clone()))
         }
-        let mut tx = self.pool.begin().await?;
-        fence_check(&mut tx, fence).await?;
-        statement.execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(())
     }
 
     async fn put_resource_in(
@@ -599,8 +662,10 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let row = ResourceRow::new(deployment, record, now_ms())?;
         self.retry(|_| async {
-            self.write(fence, bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row))
-                .await
+            self.write(fence, bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row), || {
+                bind_fence(bind_resource(FENCED_PUT_RESOURCE, &row), fence)
+            })
+            .await
         })
         .await?;
         Ok(())
@@ -616,7 +681,13 @@ impl PostgresStore {
             let remove = sqlx::query("DELETE FROM resources WHERE deployment = $1 AND step_id = $2")
                 .bind(deployment)
                 .bind(step_id);
-            self.write(fence, remove).await
+            self.write(fence, remove, || {
+                bind_fence(
+                    sqlx::query(FENCED_REMOVE_RESOURCE).bind(deployment).bind(step_id),
+                    fence,
+                )
+            })
+            .await
         })
         .await?;
         Ok(())
