@@ -1,7 +1,8 @@
 //! Controller benchmark: 1,000 `Workflow` objects of 10 `Null::Resource` steps each, from
 //! `kubectl apply` to all Ready, against the emulator with the real `lyra-controller` binary.
-//! Prints the total time, reconciles/s, p50/p99 time-to-Ready (from each object's ADDED to
-//! its first Ready=True, seen through one watch) and the controller's peak memory.
+//! Prints the total time, reconciles/s and per object, p50/p99 time-to-Ready (from each
+//! object's ADDED to its first Ready=True, seen through one watch) and the controller's peak
+//! memory, whole and per object (its growth over the memory it had before the objects came).
 //!
 //! ```sh
 //! cargo build --release -p lyra-controller -p lyra-cli
@@ -57,12 +58,13 @@ fn ready(obj: &DynamicObject) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-fn peak_rss_mib(pid: u32) -> f64 {
+/// A memory figure of `/proc/<pid>/status` (`VmHWM`: the peak, `VmRSS`: now), in MiB.
+fn rss_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
         })
         .map_or(0.0, |kb| kb / 1024.0)
@@ -145,6 +147,14 @@ async fn main() {
         }
     });
 
+    // Up and watching: what it holds before the objects come.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http_get(&health, "/readyz").is_none() {
+        assert!(Instant::now() < deadline, "the controller never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let idle = rss_mib(controller.id(), "VmRSS:");
+
     let started = Instant::now();
     kubectl(&["apply", "-f", "-"], Some(&manifests(n)));
     let applied = started.elapsed();
@@ -154,11 +164,10 @@ async fn main() {
         .expect("the watch ended");
     let total = started.elapsed();
     watch.abort();
-    let reconciles = metric_sum(
-        &http_get(&health, "/metrics").unwrap_or_default(),
-        "lyra_reconciles_total",
-    );
-    let peak = peak_rss_mib(controller.id());
+    let metrics = http_get(&health, "/metrics").unwrap_or_default();
+    let reconciles = metric_sum(&metrics, "lyra_reconciles_total");
+    let reconcile_secs = metric_sum(&metrics, "lyra_reconcile_duration_seconds_sum");
+    let peak = rss_mib(controller.id(), "VmHWM:");
     let _ = controller.kill();
     let _ = controller.wait();
 
@@ -171,8 +180,13 @@ async fn main() {
     println!("  kubectl apply of all objects: {:.2} s", applied.as_secs_f64());
     println!("  all Ready after:              {:.2} s", total.as_secs_f64());
     println!(
-        "  reconciles: {reconciles:.0} ({:.1}/s)",
-        reconciles / total.as_secs_f64()
+        "  reconciles: {reconciles:.0} ({:.1}/s, {:.2} per object)",
+        reconciles / total.as_secs_f64(),
+        reconciles / n as f64
+    );
+    println!(
+        "  one reconcile takes {:.1} ms on average",
+        reconcile_secs * 1000.0 / reconciles.max(1.0)
     );
     println!(
         "  time to Ready: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
@@ -180,6 +194,9 @@ async fn main() {
         percentile(&times, 0.99).as_secs_f64() * 1000.0,
         times.last().copied().unwrap_or_default().as_secs_f64() * 1000.0
     );
-    println!("  controller peak RSS: {peak:.1} MiB");
+    println!(
+        "  controller peak RSS: {peak:.1} MiB ({idle:.1} MiB before the objects, {:.1} KiB per object)",
+        (peak - idle) * 1024.0 / n as f64
+    );
     emulator.shutdown().await;
 }

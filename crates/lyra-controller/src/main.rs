@@ -329,11 +329,13 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ));
         tokio::spawn(registrar.run())
     });
-    controller::run(ctx, config, stop).await;
+    controller::run(Arc::clone(&ctx), config, stop).await;
     if let Some(registrar) = registrar {
         // It stops on the same signal; its kinds' runs finish like the Workflows' do.
         let _ = registrar.await;
     }
+    // The runs' last events, published in the background, are not lost.
+    ctx.events.flush().await;
     tracing::info!("controller stopped; runs in progress have finished and released their leases");
 
     if let Some((leader, task)) = election {

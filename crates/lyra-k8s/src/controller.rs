@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
@@ -71,6 +71,8 @@ pub struct Context {
     pub client: Client,
     pub runtime: Arc<Runtime>,
     pub events: EventPublisher,
+    /// Finalizers this controller added, so that their watch events trigger nothing.
+    pub(crate) own: Arc<OwnWrites>,
 }
 
 impl std::fmt::Debug for Context {
@@ -88,6 +90,7 @@ impl Context {
             events: EventPublisher::new(client.clone(), MANAGER, instance),
             client,
             runtime,
+            own: Arc::default(),
         }
     }
 }
@@ -150,7 +153,7 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
         let trigger = async move {
             let _ = rx.wait_for(|down| *down).await;
         };
-        let (reader, trigger_on) = spec_changes(api, ());
+        let (reader, trigger_on) = spec_changes(api, (), Arc::clone(&ctx.own));
         Controller::for_stream(trigger_on, reader)
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .graceful_shutdown_on(trigger)
@@ -161,14 +164,78 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
     interrupter.abort();
 }
 
+/// What the trigger looks at in an object: a change to any of it is a reason to reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Asks {
+    generation: Option<i64>,
+    annotations: std::collections::BTreeMap<String, String>,
+    finalizers: Vec<String>,
+    deleting: bool,
+}
+
+impl Asks {
+    fn of(meta: &kube::api::ObjectMeta) -> Asks {
+        Asks {
+            generation: meta.generation,
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            finalizers: meta.finalizers.clone().unwrap_or_default(),
+            deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// The finalizers this controller is adding, by object uid, each with what the object asks
+/// for once it is on. The watch event of that very write is dropped from the trigger: the
+/// reconcile that added the finalizer goes on to apply, so the event would only start a
+/// second, idle reconcile of every new object. An event that differs in anything else (a
+/// user's edit in between) still triggers.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWrites(std::sync::Mutex<std::collections::HashMap<String, Asks>>);
+
+impl OwnWrites {
+    fn expect(&self, uid: &str, asks: Asks) {
+        self.0.lock().expect("own writes lock").insert(uid.to_owned(), asks);
+    }
+
+    fn forget(&self, uid: &str) {
+        self.0.lock().expect("own writes lock").remove(uid);
+    }
+
+    /// Whether `meta` is the result of a write this controller expects, and so no reason to
+    /// reconcile. An event showing the write done some other way ends the expectation.
+    fn is_own(&self, meta: &kube::api::ObjectMeta) -> bool {
+        let Some(uid) = meta.uid.as_deref() else { return false };
+        let mut own = self.0.lock().expect("own writes lock");
+        let Some(expected) = own.get(uid) else { return false };
+        let asks = Asks::of(meta);
+        if asks == *expected {
+            own.remove(uid);
+            return true;
+        }
+        // Our finalizer is on, in an object unlike the one expected: whatever happened, the
+        // event that matches can no longer come.
+        if expected.finalizers.iter().all(|f| asks.finalizers.contains(f)) {
+            own.remove(uid);
+        }
+        false
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().expect("own writes lock").len()
+    }
+}
+
 /// The objects of `api` as a controller's trigger: each when what it asks for changes (its
 /// generation, annotations, finalizers or deletion), not when its status is written, which
-/// is our own doing. So an object's status writes cause no reconcile of it; its periodic
-/// refreshes and retries are the controller's schedule, not watch events. Also the cache
-/// the reconciles read (kept up to date with every event, status writes included).
+/// is our own doing, nor when the change is our adding the finalizer (see [`OwnWrites`]).
+/// So an object's status writes cause no reconcile of it; its periodic refreshes and
+/// retries are the controller's schedule, not watch events. Also the cache the reconciles
+/// read (kept up to date with every event, status writes included).
 pub(crate) fn spec_changes<K>(
     api: Api<K>,
     dyntype: K::DynamicType,
+    own: Arc<OwnWrites>,
 ) -> (
     reflector::Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -195,7 +262,9 @@ where
                 .combine(predicates::finalizers)
                 .combine(deletion),
             PredicateConfig::default(),
-        );
+        )
+        // After the predicates, which must see every change to know the next one.
+        .try_filter(move |o| std::future::ready(!own.is_own(o.meta())));
     (reader, stream)
 }
 
@@ -265,7 +334,7 @@ where
         // The finalizer goes on before anything is applied; once it is on, this reconcile
         // goes on to apply (waiting for the change it makes would be a round trip per object).
         (None, false) => {
-            if !add_finalizer(&api, obj, FINALIZER).await? {
+            if !add_finalizer(&api, obj, FINALIZER, Some(&ctx.own)).await? {
                 return Ok(Action::await_change());
             }
             obj.finalizers().len()
@@ -311,13 +380,46 @@ fn json_patch(ops: serde_json::Value) -> Patch<()> {
 /// finalizers meanwhile (the apiserver does not deduplicate finalizers).
 /// Adds `finalizer`: `true` when this call added it, `false` when the object is gone or
 /// changed (the reconcile of that change does the rest).
-pub(crate) async fn add_finalizer<K>(api: &Api<K>, wf: &K, finalizer: &str) -> Result<bool, Error>
+/// With `own`, the write's watch event is expected there, to trigger nothing.
+pub(crate) async fn add_finalizer<K>(
+    api: &Api<K>,
+    wf: &K,
+    finalizer: &str,
+    own: Option<&OwnWrites>,
+) -> Result<bool, Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let name = wf.meta().name.as_deref().ok_or(Error::Unnamed)?;
     let uid = wf.meta().uid.as_deref().ok_or(Error::Unnamed)?;
+    let added = add_finalizer_patch(api, wf, name, uid, finalizer, own).await;
+    // Expected before the write (its event may come before its response); forgotten when
+    // this call did not add it.
+    if let Some(own) = own
+        && !matches!(added, Ok(true))
+    {
+        own.forget(uid);
+    }
+    added
+}
+
+async fn add_finalizer_patch<K>(
+    api: &Api<K>,
+    wf: &K,
+    name: &str,
+    uid: &str,
+    finalizer: &str,
+    own: Option<&OwnWrites>,
+) -> Result<bool, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let finalizers = wf.finalizers();
+    if let Some(own) = own {
+        let mut after = Asks::of(wf.meta());
+        after.finalizers.push(finalizer.to_owned());
+        own.expect(uid, after);
+    }
     let (test, add) = if finalizers.is_empty() {
         (
             serde_json::Value::Null,
@@ -424,9 +526,66 @@ where
     }
 
     async fn publish(&self, note: Note) {
-        // Best effort, but never silent: an event the API refused is a bug to see.
-        if let Err(e) = self.events.publish(&note, &self.reference).await {
-            tracing::warn!(object = %self.name, reason = %note.reason, error = %e, "could not publish an event");
+        // In the background: the reconcile does not wait for its events.
+        self.events.send(note, self.reference.clone()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn meta(finalizers: &[&str], annotations: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            uid: Some("u1".to_owned()),
+            generation: Some(1),
+            finalizers: (!finalizers.is_empty()).then(|| finalizers.iter().map(|f| (*f).to_owned()).collect()),
+            annotations: (!annotations.is_empty()).then(|| {
+                annotations
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect()
+            }),
+            ..ObjectMeta::default()
         }
+    }
+
+    fn expecting(own: &OwnWrites, before: &ObjectMeta) {
+        let mut after = Asks::of(before);
+        after.finalizers.push(FINALIZER.to_owned());
+        own.expect("u1", after);
+    }
+
+    #[test]
+    fn only_the_event_of_our_own_write_is_dropped() {
+        let own = OwnWrites::default();
+        expecting(&own, &meta(&[], &[]));
+        // Someone else's change that the write came after: it triggers, and we still wait.
+        assert!(!own.is_own(&meta(&["other"], &[])));
+        assert_eq!(own.len(), 1);
+        assert!(own.is_own(&meta(&[FINALIZER], &[])));
+        // Once: the same object seen again (a relist) is news to nobody but is not ours.
+        assert!(!own.is_own(&meta(&[FINALIZER], &[])));
+        assert_eq!(own.len(), 0);
+    }
+
+    #[test]
+    fn a_write_that_came_with_another_change_still_triggers() {
+        let own = OwnWrites::default();
+        expecting(&own, &meta(&[], &[]));
+        // An annotation set between the cache's view and the write: the event carries both.
+        assert!(!own.is_own(&meta(&[FINALIZER], &[("a", "b")])));
+        assert_eq!(own.len(), 0, "the expected event can no longer come");
+        // Another object, and one with no uid, are never ours.
+        expecting(&own, &meta(&[], &[]));
+        let other = ObjectMeta {
+            uid: Some("u2".to_owned()),
+            ..meta(&[FINALIZER], &[])
+        };
+        assert!(!own.is_own(&other));
+        assert!(!own.is_own(&ObjectMeta::default()));
+        assert_eq!(own.len(), 1);
     }
 }

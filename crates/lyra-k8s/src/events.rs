@@ -7,7 +7,7 @@
 //! so such objects got no events at all; here names are valid for any valid object name.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -16,9 +16,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use tokio::sync::mpsc;
 
 use crate::reconcile::Note;
 use crate::status::clip;
+
+/// Background publishing: workers, and the events each may hold before senders wait.
+const SHARDS: usize = 4;
+const QUEUE_DEPTH: usize = 256;
+
+type Queued = (Note, ObjectReference);
 
 /// What the API accepts (`events.k8s.io/v1` validation): bytes, not characters.
 pub const NOTE_LIMIT: usize = 1024;
@@ -53,17 +60,53 @@ struct Seen {
 
 /// Publishes events for one controller replica.
 pub struct EventPublisher {
+    inner: Arc<Inner>,
+    queues: Mutex<Queues>,
+}
+
+/// The background workers of [`EventPublisher::send`]: started by the first event, so that
+/// a publisher can be made outside a runtime; stopped by [`EventPublisher::flush`].
+enum Queues {
+    Idle,
+    Running {
+        senders: Vec<mpsc::Sender<Queued>>,
+        workers: Vec<tokio::task::JoinHandle<()>>,
+    },
+    Flushed,
+}
+
+struct Inner {
     client: Client,
     controller: String,
     instance: String,
-    series: Mutex<HashMap<SeriesKey, Seen>>,
+    series: Mutex<Series>,
+}
+
+/// The events published lately, to extend their series.
+#[derive(Default)]
+struct Series {
+    map: HashMap<SeriesKey, Seen>,
+    swept: Option<Timestamp>,
+}
+
+impl Series {
+    /// The live series of `key`. Expired ones are dropped now and then, not on every call:
+    /// a sweep per event made publishing quadratic in the events of the last minutes.
+    fn current(&mut self, key: &SeriesKey, now: Timestamp) -> Option<Seen> {
+        let ttl = k8s_openapi::jiff::SignedDuration::try_from(SERIES_TTL).unwrap_or_default();
+        if self.swept.is_none_or(|at| at + ttl / 4 <= now) {
+            self.map.retain(|_, s| s.last + ttl > now);
+            self.swept = Some(now);
+        }
+        self.map.get(key).filter(|s| s.last + ttl > now).cloned()
+    }
 }
 
 impl std::fmt::Debug for EventPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventPublisher")
-            .field("controller", &self.controller)
-            .field("instance", &self.instance)
+            .field("controller", &self.inner.controller)
+            .field("instance", &self.inner.instance)
             .finish_non_exhaustive()
     }
 }
@@ -73,16 +116,95 @@ impl EventPublisher {
     pub fn new(client: Client, controller: &str, instance: Option<String>) -> EventPublisher {
         let instance = instance.unwrap_or_else(|| controller.to_owned());
         EventPublisher {
-            client,
-            controller: controller.to_owned(),
-            instance: cut(&instance, INSTANCE_LIMIT),
-            series: Mutex::new(HashMap::new()),
+            inner: Arc::new(Inner {
+                client,
+                controller: controller.to_owned(),
+                instance: cut(&instance, INSTANCE_LIMIT),
+                series: Mutex::new(Series::default()),
+            }),
+            queues: Mutex::new(Queues::Idle),
+        }
+    }
+
+    /// Publishes `note` about `regarding` now (see [`EventPublisher::send`] for the usual way).
+    pub async fn publish(&self, note: &Note, regarding: &ObjectReference) -> Result<(), kube::Error> {
+        self.inner.publish(note, regarding).await
+    }
+
+    /// Queues `note` about `regarding` for a background worker, so that a reconcile does not
+    /// wait on a round trip per event. The events of one object keep their order (they go
+    /// through one worker), and a full queue makes the sender wait. A failure is logged: an
+    /// event the API refused is a bug to see. After [`EventPublisher::flush`], publishes at once.
+    pub async fn send(&self, note: Note, regarding: ObjectReference) {
+        let sender = {
+            let mut queues = self.queues.lock().expect("event queues lock");
+            if matches!(*queues, Queues::Idle) {
+                *queues = self.start();
+            }
+            match &*queues {
+                Queues::Running { senders, .. } => Some(senders[shard(&regarding)].clone()),
+                Queues::Idle | Queues::Flushed => None,
+            }
+        };
+        let unsent = match sender {
+            Some(sender) => sender.send((note, regarding)).await.err().map(|e| e.0),
+            None => Some((note, regarding)),
+        };
+        if let Some((note, regarding)) = unsent {
+            self.inner.publish_logged(&note, &regarding).await;
+        }
+    }
+
+    fn start(&self) -> Queues {
+        let (senders, workers) = (0..SHARDS)
+            .map(|_| {
+                let (tx, mut rx) = mpsc::channel::<Queued>(QUEUE_DEPTH);
+                let inner = Arc::clone(&self.inner);
+                let worker = tokio::spawn(async move {
+                    while let Some((note, regarding)) = rx.recv().await {
+                        inner.publish_logged(&note, &regarding).await;
+                    }
+                });
+                (tx, worker)
+            })
+            .unzip();
+        Queues::Running { senders, workers }
+    }
+
+    /// Publishes everything queued, and stops the workers: later events are published at once.
+    pub async fn flush(&self) {
+        let queues = std::mem::replace(&mut *self.queues.lock().expect("event queues lock"), Queues::Flushed);
+        if let Queues::Running { senders, workers } = queues {
+            drop(senders);
+            for w in workers {
+                let _ = w.await;
+            }
+        }
+    }
+}
+
+/// The worker of the object an event is about: the same one for every event of an object,
+/// so they are published in order and a series is extended by one worker only.
+fn shard(regarding: &ObjectReference) -> usize {
+    let key = regarding
+        .uid
+        .as_deref()
+        .or(regarding.name.as_deref())
+        .unwrap_or_default();
+    (fnv1a(key) % SHARDS as u64) as usize
+}
+
+impl Inner {
+    async fn publish_logged(&self, note: &Note, regarding: &ObjectReference) {
+        if let Err(e) = self.publish(note, regarding).await {
+            let name = regarding.name.as_deref().unwrap_or_default();
+            tracing::warn!(object = %name, reason = %note.reason, error = %e, "could not publish an event");
         }
     }
 
     /// Publishes `note` about `regarding`: a new event, or, for a repeat of the same note
     /// within a few minutes, one more in that event's series.
-    pub async fn publish(&self, note: &Note, regarding: &ObjectReference) -> Result<(), kube::Error> {
+    async fn publish(&self, note: &Note, regarding: &ObjectReference) -> Result<(), kube::Error> {
         let now = Timestamp::now();
         let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".to_owned());
         let key = SeriesKey {
@@ -95,12 +217,7 @@ impl EventPublisher {
             related: note.resource.clone(),
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        let seen = {
-            let mut series = self.series.lock().expect("series lock");
-            let ttl = k8s_openapi::jiff::SignedDuration::try_from(SERIES_TTL).unwrap_or_default();
-            series.retain(|_, s| s.last + ttl > now);
-            series.get(&key).cloned()
-        };
+        let seen = self.series.lock().expect("series lock").current(&key, now);
         if let Some(seen) = seen {
             let count = seen.count + 1;
             let patch = serde_json::json!({
@@ -111,8 +228,7 @@ impl EventPublisher {
                 .await
             {
                 Ok(_) => {
-                    let mut series = self.series.lock().expect("series lock");
-                    series.insert(
+                    self.series.lock().expect("series lock").map.insert(
                         key,
                         Seen {
                             count,
@@ -150,7 +266,7 @@ impl EventPublisher {
             ..Event::default()
         };
         api.create(&PostParams::default(), &event).await?;
-        self.series.lock().expect("series lock").insert(
+        self.series.lock().expect("series lock").map.insert(
             key,
             Seen {
                 name,

@@ -315,6 +315,11 @@ pub struct Settings {
     pub idle_requeue: Duration,
     /// At most this many per-resource events per run (the rest are summarised).
     pub max_step_events: usize,
+    /// A run shows in the status (phase Applying or Deleting, the lease holder) once it has
+    /// taken this long; one that ends sooner goes straight from the status before it to its
+    /// outcome, which spares a status write (and the watch event it makes) per run. Zero:
+    /// always shown, before the run starts.
+    pub show_run_after: Duration,
     /// This replica's name (`--identity`), added to the lease owner so that a refusal
     /// names the replica holding the lease (`controller/<ns>/<name>@<instance>`).
     pub instance: Option<String>,
@@ -330,6 +335,7 @@ impl Settings {
             backoff: Backoff::default(),
             idle_requeue: Duration::from_secs(3600),
             max_step_events: 50,
+            show_run_after: Duration::from_millis(250),
             instance: None,
         }
     }
@@ -405,6 +411,8 @@ pub struct Runtime {
     load_path: LoadPath,
     metrics: Arc<Metrics>,
     memo: Mutex<HashMap<String, Memo>>,
+    /// When `memo` was last rid of old tombstones.
+    swept: Mutex<Option<Instant>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -455,6 +463,7 @@ impl Runtime {
             settings,
             metrics,
             memo: Mutex::new(HashMap::new()),
+            swept: Mutex::new(None),
             shutdown: watch::channel(false).0,
         }
     }
@@ -486,8 +495,13 @@ impl Runtime {
     /// drops tombstones old enough that no reconcile can still be about them.
     fn forget(&self, job: &Job) {
         {
-            let mut memo = self.memo.lock().expect("memo lock");
-            memo.retain(|_, m| !(m.outcome == MemoOutcome::Deleted && m.at.elapsed() > TOMBSTONE_TTL));
+            // Swept now and then, not at every cleanup: that was quadratic in mass deletions.
+            let mut swept = self.swept.lock().expect("sweep lock");
+            if swept.is_none_or(|at| at.elapsed() >= TOMBSTONE_TTL / 4) {
+                let mut memo = self.memo.lock().expect("memo lock");
+                memo.retain(|_, m| !(m.outcome == MemoOutcome::Deleted && m.at.elapsed() > TOMBSTONE_TTL));
+                *swept = Some(Instant::now());
+            }
         }
         self.remember(job, MemoOutcome::Deleted);
         self.metrics.phase(&job.key.deployment(), None);
@@ -592,12 +606,10 @@ impl Runtime {
                     }
                 };
                 let message = format!("applying workflow {name_ref} to deployment {deployment}");
-                self.start_run(tr, job, &leased, false, now, message).await?;
                 let forward = self.forward_shutdown(cancel_ref);
-                let result = self
-                    .engine(leased.recorder(), sources_ref, cancel_ref)
-                    .apply(&program, deployment, &data, &owner)
-                    .await;
+                let engine = self.engine(leased.recorder(), sources_ref, cancel_ref);
+                let run = engine.apply(&program, deployment, &data, &owner);
+                let result = self.running(tr, job, &leased, false, now, message, run).await?;
                 forward.abort();
                 Ok::<_, ReconcileError>(Gated::Ran(result, approved))
             })
@@ -942,13 +954,11 @@ impl Runtime {
                 }
                 tr.status.deployment = Some(deployment.clone());
                 let message = format!("deleting the resources of deployment {deployment}");
-                self.start_run(tr, job, &leased, true, now, message).await?;
                 let forward = self.forward_shutdown(cancel_ref);
                 let sources = Sources::default();
-                let result = self
-                    .engine(leased.recorder(), &sources, cancel_ref)
-                    .delete(deployment, &owner)
-                    .await;
+                let engine = self.engine(leased.recorder(), &sources, cancel_ref);
+                let run = engine.delete(deployment, &owner);
+                let result = self.running(tr, job, &leased, true, now, message, run).await?;
                 forward.abort();
                 Ok::<_, ReconcileError>(Cleanup::Ran(result))
             })
@@ -1146,7 +1156,12 @@ impl Runtime {
 
     /// Marks the object as running under `leased` (the status names the holder and is
     /// written) and says so in an event.
-    async fn start_run(
+    /// Runs `run`, an engine call under `leased`, after its start event. The status shows it
+    /// (see [`Settings::show_run_after`]) before it starts, or once it has taken that long:
+    /// then its write goes on while the run does, and a failed write is only logged, since
+    /// the run's outcome is written next anyway.
+    #[expect(clippy::too_many_arguments, reason = "the parts of a run's start, each needed")]
+    async fn running<T>(
         &self,
         t: &mut Tracker<'_>,
         job: &Job,
@@ -1154,17 +1169,34 @@ impl Runtime {
         deleting: bool,
         now: &Time,
         message: String,
-    ) -> Result<(), ReconcileError> {
-        t.status.lease_holder = Some(leased.lease().owner.clone());
-        judge(&mut t.status, &Verdict::Running { deleting }, job.generation, now);
-        t.flush().await?;
+        run: impl Future<Output = T>,
+    ) -> Result<T, ReconcileError> {
         let (reason, action) = if deleting {
             (Reason::Deleting, "Delete")
         } else {
             (Reason::Applying, "Apply")
         };
+        let show = |t: &mut Tracker<'_>| {
+            t.status.lease_holder = Some(leased.lease().owner.clone());
+            judge(&mut t.status, &Verdict::Running { deleting }, job.generation, now);
+        };
+        if self.settings.show_run_after.is_zero() {
+            show(t);
+            t.flush().await?;
+            t.reporter.publish(note(false, reason, action, message)).await;
+            return Ok(run.await);
+        }
         t.reporter.publish(note(false, reason, action, message)).await;
-        Ok(())
+        let mut run = std::pin::pin!(run);
+        if let Ok(done) = tokio::time::timeout(self.settings.show_run_after, &mut run).await {
+            return Ok(done);
+        }
+        show(t);
+        let (done, shown) = tokio::join!(run, t.flush());
+        if let Err(e) = shown {
+            tracing::warn!(deployment = %job.key.deployment(), error = %e, "could not show the run in the status");
+        }
+        Ok(done)
     }
 
     /// The engine of a run, recording through `recorder`.

@@ -541,7 +541,7 @@ async fn reconcile_definition(def: Arc<WorkflowDefinition>, reg: Arc<Registrar>)
     let finalizer_at = match (finalizer_at, deleting) {
         (None, true) => return Ok(Action::await_change()),
         (None, false) => {
-            wiring::add_finalizer(&api, &*def, DEFINITION_FINALIZER).await?;
+            wiring::add_finalizer(&api, &*def, DEFINITION_FINALIZER, None).await?;
             return Ok(Action::await_change());
         }
         (Some(i), _) => i,
@@ -750,7 +750,7 @@ async fn run_kind(
         let trigger = async move {
             let _ = rx.wait_for(|down| *down).await;
         };
-        let (reader, trigger_on) = wiring::spec_changes(api, kind.resource.clone());
+        let (reader, trigger_on) = wiring::spec_changes(api, kind.resource.clone(), Arc::clone(&kind.ctx.own));
         Controller::for_stream_with(trigger_on, reader, kind.resource.clone())
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .reconcile_all_on(upgrades)

@@ -101,6 +101,8 @@ impl Harness {
             base: Duration::from_secs(60),
             max: Duration::from_secs(600),
         };
+        // Every run shows in the status, so that the tests can see what it said meanwhile.
+        settings.show_run_after = Duration::ZERO;
         Runtime::new(providers, Arc::clone(&self.store), settings, Arc::new(Metrics::new()))
     }
 
@@ -404,6 +406,35 @@ async fn a_held_lease_is_waited_out_until_its_expiry_naming_the_holder() {
     let s = r.last();
     assert!(is_true(&s, READY) && is_true(&s, RECONCILING), "{s:?}");
     assert_eq!(s.phase, Some(Phase::Ready));
+}
+
+#[tokio::test]
+async fn only_a_run_that_takes_a_while_shows_in_the_status() {
+    let h = Harness::new().await;
+    let mut rt = h.runtime();
+    rt.settings.show_run_after = Duration::from_millis(300);
+    // A quick run: one status write, its outcome; the start event all the same.
+    let r = Recorded::default();
+    rt.apply(&job("x", "pair", 1, json!({"greeting": "hi"})), None, &r)
+        .await
+        .unwrap();
+    assert_eq!(r.writes(), 1, "{:?}", r.statuses.lock().unwrap());
+    let s = r.last();
+    assert!(s.phase == Some(Phase::Ready) && s.lease_holder.is_none(), "{s:?}");
+    assert_eq!(r.reasons(), ["Applying", "Created", "Created", "Applied"]);
+    // A slow one shows while it runs.
+    let mut slow = job("slow", "unused", 1, json!({}));
+    slow.workflow = Ok(WorkflowRef::Inline {
+        name: "slow".into(),
+        body: json!({"steps": {"wait": {"resource": "Time::Sleep", "value": {"create_duration": "900ms"}}}}),
+    });
+    let r = Recorded::default();
+    rt.apply(&slow, None, &r).await.unwrap();
+    let statuses = r.statuses.lock().unwrap().clone();
+    assert_eq!(statuses.len(), 2, "{statuses:?}");
+    assert_eq!(statuses[0].phase, Some(Phase::Applying));
+    assert_eq!(statuses[0].lease_holder.as_deref(), Some("controller/ns/slow"));
+    assert_eq!(statuses[1].phase, Some(Phase::Ready), "{:?}", statuses[1]);
 }
 
 #[tokio::test]
