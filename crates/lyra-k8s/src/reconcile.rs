@@ -1154,8 +1154,6 @@ impl Runtime {
         }
     }
 
-    /// Marks the object as running under `leased` (the status names the holder and is
-    /// written) and says so in an event.
     /// Runs `run`, an engine call under `leased`, after its start event. The status shows it
     /// (see [`Settings::show_run_after`]) before it starts, or once it has taken that long:
     /// then its write goes on while the run does, and a failed write is only logged, since
