@@ -33,8 +33,8 @@
 //! **Fencing.** A run's writes ([`FencedWrites`]) first take a share lock on the lease row
 //! with the run's token (`FOR SHARE`): no token, no write ([`Error::LeaseLost`]); and a
 //! takeover or break of the lease, which updates or deletes that row, waits for the write's
-//! commit, so it never slips in between check and write. A resource's put or removal does
-//! both in one statement (the lock in a CTE), the others in one transaction.
+//! commit, so it never slips in between check and write. Each fenced write does both in one
+//! statement: the lock is taken in a CTE, and the write is conditioned on it.
 //!
 //! **Leases** use the server's clock (`clock_timestamp()`), so clients with skewed clocks
 //! agree on expiry.
@@ -310,11 +310,32 @@ impl PostgresStore {
         }
     }
 
+    /// One statement, so one snapshot in one round trip (a read-only transaction around two
+    /// queries took four): the deployment joined to its resources, a row of nulls for a
+    /// deployment without any.
     async fn load_once(&self, deployment: &str) -> Result<Option<DeploymentState>, Error> {
-        let mut tx = self.read_tx().await?;
-        let state = load_in(&mut tx, deployment).await?;
-        tx.commit().await?;
-        Ok(state)
+        let rows = sqlx::query(
+            "SELECT d.workflow AS deployment_workflow, \
+                    r.deployment, r.step_id, r.type_name, r.external_id, r.desired, r.actual, \
+                    r.depends_on, r.managed, r.pending, r.sensitive, r.updated_at, r.create_key \
+             FROM deployments d LEFT JOIN resources r ON r.deployment = d.name \
+             WHERE d.name = $1 ORDER BY r.step_id",
+        )
+        .bind(deployment)
+        .fetch_all(&self.pool)
+        .await?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let workflow: Option<String> = sqlx::Row::try_get(first, "deployment_workflow")?;
+        let mut resources = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if sqlx::Row::try_get::<Option<&str>, _>(row, "step_id")?.is_some() {
+                resources.push(<ResourceRow as sqlx::FromRow<_>>::from_row(row)?);
+            }
+        }
+        drop(rows);
+        Ok(Some(crate::rows::deployment_state(deployment, workflow, resources)))
     }
 
     /// A read-only transaction that sees one snapshot for all its statements.
@@ -466,21 +487,9 @@ async fn load_in(conn: &mut PgConnection, deployment: &str) -> Result<Option<Dep
     Ok(Some(crate::rows::deployment_state(deployment, workflow, rows)))
 }
 
-const PUT_RESOURCE: &str = "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
-                                                   depends_on, managed, pending, sensitive, updated_at, create_key) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12) \
-     ON CONFLICT (deployment, step_id) DO UPDATE SET \
-         type_name = excluded.type_name, external_id = excluded.external_id, \
-         desired = excluded.desired, actual = excluded.actual, depends_on = excluded.depends_on, \
-         managed = excluded.managed, pending = excluded.pending, sensitive = excluded.sensitive, \
-         updated_at = excluded.updated_at, create_key = excluded.create_key";
-
-/// [`PUT_RESOURCE`], creating the deployment first if needed, in one statement (so one round
-/// trip and one commit). The foreign key is checked at the end of the statement, so it sees
-/// the deployment the CTE inserted.
-/// The columns of a resource row, and what an upsert of one sets on conflict. The values are
-/// `$1` to `$12` (see [`bind_resource`]).
-macro_rules! resource_columns {
+/// The start of an insert of a resource row, and the upsert that ends it. The values are `$1`
+/// to `$12` (see [`bind_resource`]).
+macro_rules! resource_insert {
     () => {
         "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
                                 depends_on, managed, pending, sensitive, updated_at, create_key) "
@@ -496,28 +505,50 @@ macro_rules! resource_upsert {
     };
 }
 
-const PUT_RESOURCE_ENSURING_DEPLOYMENT: &str = concat!(
-    "WITH d AS (\
-         INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, NULL, $10, $10) \
-         ON CONFLICT (name) DO NOTHING) ",
-    resource_columns!(),
+const PUT_RESOURCE: &str = concat!(
+    resource_insert!(),
     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12)",
     resource_upsert!()
 );
 
-/// A write under a fence in one statement, answering whether the fence held: the `fence` CTE
-/// takes the share lock on the lease row (held until the statement commits, as it would be
-/// in a transaction), and each write of the statement is conditioned on its having found the
-/// row. One round trip instead of four (BEGIN, check, write, COMMIT). The first two
-/// arguments are the parameters of the fence's deployment and token.
-macro_rules! fenced {
-    ($deployment:literal, $token:literal; $($write:expr),+ $(,)?) => {
+/// [`PUT_RESOURCE`], creating the deployment first if needed, in one statement (so one round
+/// trip and one commit). The foreign key is checked at the end of the statement, so it sees
+/// the deployment the CTE inserted.
+const PUT_RESOURCE_ENSURING_DEPLOYMENT: &str = concat!(
+    "WITH d AS (\
+         INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, NULL, $10, $10) \
+         ON CONFLICT (name) DO NOTHING) ",
+    resource_insert!(),
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12)",
+    resource_upsert!()
+);
+
+/// The `fence` CTE a fenced statement starts with: given the parameters of the fence's
+/// deployment and token, it takes the share lock on the lease row (held until the statement
+/// commits, as it would be in a transaction) and holds a row only if the lease is the run's;
+/// without them it always holds one, for the same statement run unfenced.
+macro_rules! with_fence {
+    ($deployment:literal, $token:literal) => {
         concat!(
             "WITH fence AS (SELECT 1 FROM leases WHERE deployment = ",
             $deployment,
             " AND token = ",
             $token,
-            " FOR SHARE), ",
+            " FOR SHARE), "
+        )
+    };
+    () => {
+        "WITH fence AS (SELECT 1), "
+    };
+}
+
+/// A write under a fence in one statement, answering whether the fence held: each write of
+/// the statement is conditioned on the `fence` CTE ([`with_fence!`]) having found the row.
+/// One round trip instead of four (BEGIN, check, write, COMMIT).
+macro_rules! fenced {
+    ($deployment:literal, $token:literal; $($write:expr),+ $(,)?) => {
+        concat!(
+            with_fence!($deployment, $token),
             $($write,)+
             " SELECT EXISTS (SELECT 1 FROM fence)"
         )
@@ -530,7 +561,7 @@ const FENCED_PUT_RESOURCE: &str = fenced!("$13", "$14";
          SELECT $1, NULL, $10, $10 WHERE EXISTS (SELECT 1 FROM fence) \
          ON CONFLICT (name) DO NOTHING), \
      w AS (",
-    resource_columns!(),
+    resource_insert!(),
     "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $10, $12 WHERE EXISTS (SELECT 1 FROM fence)",
     resource_upsert!(),
     ")"
@@ -571,24 +602,6 @@ fn bind_fence<'q>(
 
 crate::store::recorder_and_fenced_writes!(PostgresStore);
 
-/// Refuses the transaction's write unless `fence` (when given) is the deployment's lease, and
-/// holds the lease row until the transaction ends, so it cannot change hands before the write
-/// commits.
-async fn fence_check(tx: &mut PgConnection, fence: Option<&Fence>) -> Result<(), Error> {
-    let Some(fence) = fence else {
-        return Ok(());
-    };
-    let held: Option<i32> = sqlx::query_scalar("SELECT 1 FROM leases WHERE deployment = $1 AND token = $2 FOR SHARE")
-        .bind(&fence.deployment)
-        .bind(&fence.token)
-        .fetch_optional(&mut *tx)
-        .await?;
-    match held {
-        Some(_) => Ok(()),
-        None => Err(Error::LeaseLost(fence.deployment.clone())),
-    }
-}
-
 /// What the `Recorder` and `FencedWrites` impls delegate to: the load, and the writes of a run
 /// (under `fence` when given), each in one transaction.
 impl PostgresStore {
@@ -600,37 +613,53 @@ impl PostgresStore {
         let row = RunRow::started(run, now_ms())?;
         // Only an apply changes which workflow the deployment runs.
         let applied_workflow = (row.operation == "apply").then_some(row.workflow.as_deref()).flatten();
-        // Everything before COMMIT is repeated after a connection fault: the server rolls back
-        // a transaction whose connection died before it committed, so no run row is left
-        // behind. Only the COMMIT is ambiguous (committed, answer lost), so it is sent once.
-        let (tx, id) = self
-            .retry(|_| async {
-                let mut tx = self.pool.begin().await?;
-                fence_check(&mut tx, fence).await?;
-                let id: i64 = sqlx::query_scalar(
-                    "WITH d AS (\
-                         INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES ($1, $2, $5, $5) \
+        // One statement, the fence included. It appends a run row, so it is sent once (a
+        // repeat after a commit whose answer was lost would record the run twice), on a
+        // connection pinged first: the common fault, a pooled connection the server closed,
+        // is found and retried before anything is sent.
+        macro_rules! begin_run {
+            ($($fence:literal),*) => {
+                concat!(
+                    with_fence!($($fence),*),
+                    "d AS (\
+                         INSERT INTO deployments (name, workflow, created_at, updated_at) \
+                         SELECT $1, $2, $5, $5 WHERE EXISTS (SELECT 1 FROM fence) \
                          ON CONFLICT (name) DO UPDATE \
                          SET workflow = COALESCE($6, deployments.workflow), updated_at = excluded.updated_at \
-                         RETURNING name) \
-                     INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes) \
-                     SELECT name, $2, $3, $4, $5, $7, $8 FROM d RETURNING id",
+                         RETURNING name), \
+                     r AS (\
+                         INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes) \
+                         SELECT name, $2, $3, $4, $5, $7, $8 FROM d RETURNING id) \
+                     SELECT EXISTS (SELECT 1 FROM fence), (SELECT id FROM r)"
                 )
-                .bind(&row.deployment)
-                .bind(&row.workflow)
-                .bind(&row.operation)
-                .bind(&row.actor)
-                .bind(row.started_at)
-                .bind(applied_workflow)
-                .bind(&row.counts)
-                .bind(&row.changes)
-                .fetch_one(&mut *tx)
-                .await?;
-                Ok((tx, id))
-            })
-            .await?;
-        tx.commit().await.map_err(|e| self.once_error(e))?;
-        Ok(id)
+            };
+        }
+        let query = if fence.is_some() {
+            begin_run!("$9", "$10")
+        } else {
+            begin_run!()
+        };
+        let mut conn = self.live_connection().await?;
+        let (held, id): (bool, Option<i64>) = sqlx::query_as(query)
+            .bind(&row.deployment)
+            .bind(&row.workflow)
+            .bind(&row.operation)
+            .bind(&row.actor)
+            .bind(row.started_at)
+            .bind(applied_workflow)
+            .bind(&row.counts)
+            .bind(&row.changes)
+            .bind(fence.map(|f| f.deployment.as_str()))
+            .bind(fence.map(|f| f.token.as_str()))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| self.once_error(e))?;
+        match (held, id, fence) {
+            (true, Some(id), _) => Ok(id),
+            (false, _, Some(fence)) => Err(Error::LeaseLost(fence.deployment.clone()).into()),
+            // The deployment upsert always returns its row, so the run is always inserted.
+            _ => Err(Error::Sqlx(sqlx::Error::RowNotFound).into()),
+        }
     }
 
     /// Runs one write: `plain` alone without a fence, `fenced` (see [`fenced!`]) with one;
@@ -696,23 +725,40 @@ impl PostgresStore {
     async fn finish_run_in(&self, fence: Option<&Fence>, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
         let end = RunEndRow::new(run, end, now_ms())?;
         let end = &end;
-        self.retry(|attempt| async move {
-            let mut tx = self.pool.begin().await?;
-            fence_check(&mut tx, fence).await?;
-            // A retry also accepts a run already finished with exactly these values: the
-            // previous attempt's commit may have succeeded with its answer lost.
-            let query = if attempt == 0 {
-                "UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
-                                 note = $7, returns = $8 \
-                 WHERE id = $1 AND finished_at IS NULL"
-            } else {
-                "UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
-                                 note = $7, returns = $8 \
-                 WHERE id = $1 AND (finished_at IS NULL OR (finished_at = $2 AND outcome = $3 \
+        // One statement, the fence included: whether the fence held, whether the run was
+        // finished by it, and whether the run exists (to say why not).
+        macro_rules! finish_run {
+            ($condition:expr $(, $fence:literal)*) => {
+                concat!(
+                    with_fence!($($fence),*),
+                    "u AS (\
+                         UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
+                                         note = $7, returns = $8 \
+                         WHERE id = $1 AND ",
+                    $condition,
+                    " AND EXISTS (SELECT 1 FROM fence) RETURNING 1) \
+                     SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM u), \
+                            EXISTS (SELECT 1 FROM runs WHERE id = $1)"
+                )
+            };
+        }
+        // A retry also accepts a run already finished with exactly these values: the
+        // previous attempt's commit may have succeeded with its answer lost.
+        macro_rules! retried {
+            () => {
+                "(finished_at IS NULL OR (finished_at = $2 AND outcome = $3 \
                        AND counts = $4 AND changes = $5 AND error IS NOT DISTINCT FROM $6 \
                        AND note IS NOT DISTINCT FROM $7 AND returns IS NOT DISTINCT FROM $8))"
             };
-            let updated = sqlx::query(query)
+        }
+        self.retry(|attempt| async move {
+            let query = match (attempt == 0, fence.is_some()) {
+                (true, true) => finish_run!("finished_at IS NULL", "$9", "$10"),
+                (true, false) => finish_run!("finished_at IS NULL"),
+                (false, true) => finish_run!(retried!(), "$9", "$10"),
+                (false, false) => finish_run!(retried!()),
+            };
+            let (held, finished, exists): (bool, bool, bool) = sqlx::query_as(query)
                 .bind(end.id)
                 .bind(end.finished_at)
                 .bind(end.outcome)
@@ -721,20 +767,16 @@ impl PostgresStore {
                 .bind(&end.error)
                 .bind(&end.note)
                 .bind(&end.returns)
-                .execute(&mut *tx)
+                .bind(fence.map(|f| f.deployment.as_str()))
+                .bind(fence.map(|f| f.token.as_str()))
+                .fetch_one(&self.pool)
                 .await?;
-            if updated.rows_affected() == 1 {
-                tx.commit().await?;
-                return Ok(());
+            match (held, finished, exists, fence) {
+                (false, _, _, Some(fence)) => Err(Error::LeaseLost(fence.deployment.clone())),
+                (_, true, _, _) => Ok(()),
+                (_, false, true, _) => Err(Error::RunAlreadyFinished(end.id)),
+                (_, false, false, _) => Err(Error::UnknownRun(end.id)),
             }
-            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = $1")
-                .bind(end.id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            Err(match exists {
-                Some(_) => Error::RunAlreadyFinished(end.id),
-                None => Error::UnknownRun(end.id),
-            })
         })
         .await?;
         Ok(())
