@@ -714,3 +714,41 @@ async fn callers_giving_up_cut_no_one_else_short() {
         .expect("the store still writes");
     f.store.close().await.expect("close");
 }
+
+/// The load reads each row packed into one value (`packed_resource!`): text holding the
+/// packing's own separators, digits, multi-byte characters or nothing at all reads back
+/// exactly, with and without a create key.
+#[tokio::test]
+async fn awkward_text_reads_back_exactly() {
+    let f = Fixture::new().await;
+    let mut odd = c::resource("a:1;-/é");
+    odd.type_name = "Ns::Type".into();
+    odd.external_id = String::new();
+    odd.desired = serde_json::json!({"k": "12:3;-", "ü": "日本", "n": 7})
+        .as_object()
+        .unwrap()
+        .clone();
+    odd.actual = serde_json::Map::new();
+    odd.sensitive = vec!["k".into()];
+    odd.depends_on = vec!["b".into(), "-".into()];
+    let mut pending = c::resource("-9:");
+    pending.pending = true;
+    pending.managed = false;
+    pending.external_id = String::new();
+    pending.create_key = Some("k:;-".into());
+    for r in [&odd, &pending] {
+        f.store.put_resource("d", r).await.expect("put");
+    }
+    let state = f.store.load("d").await.expect("load").expect("recorded");
+    let mut expected = vec![pending, odd];
+    expected.sort_by(|a, b| a.step_id.cmp(&b.step_id));
+    assert_eq!(state.resources, expected);
+    assert!(state.unreadable.is_empty());
+}
+
+#[test]
+fn a_malformed_packed_row_is_an_error() {
+    for bad in ["", "3:ab", "x:abc", "1:a1:b", "2:ab;", "1:a-"] {
+        assert!(super::unpack_resource("d", bad).is_err(), "{bad:?}");
+    }
+}
