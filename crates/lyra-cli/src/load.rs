@@ -98,6 +98,13 @@ pub async fn load_run(
     schemas: &SchemaRegistry,
     sources: &mut Sources,
 ) -> Result<(Target, Program), Exit> {
+    let target = locate_run(workflow, named).await?;
+    let program = parse_run(&target, schemas, sources)?;
+    Ok((target, program))
+}
+
+/// The first half of [`load_run`]: the workflow found, its name checked.
+pub async fn locate_run(workflow: &WorkflowArgs, named: bool) -> Result<Target, Exit> {
     let target = locate_target(workflow).await?;
     if !named {
         lyra_core::names::check_deployment_name(target.name()).map_err(|why| {
@@ -107,11 +114,16 @@ pub async fn load_run(
             ))
         })?;
     }
-    let mut program = load_target(&target, schemas, sources)?;
-    if let Target::Package(p) = &target {
+    Ok(target)
+}
+
+/// The second half of [`load_run`]: the workflow read and checked.
+pub fn parse_run(target: &Target, schemas: &SchemaRegistry, sources: &mut Sources) -> Result<Program, Exit> {
+    let mut program = load_target(target, schemas, sources)?;
+    if let Target::Package(p) = target {
         std::sync::Arc::make_mut(&mut program.main).name = p.pinned_name();
     }
-    Ok((target, program))
+    Ok(program)
 }
 
 pub fn load_target(target: &Target, schemas: &SchemaRegistry, sources: &mut Sources) -> Result<Program, Exit> {

@@ -301,6 +301,17 @@ pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn Store>, Exit> {
 /// Opens the state only if it exists: every command that reads, or changes only what is
 /// already recorded, must not leave a new store behind (a mistyped `--state` would otherwise
 /// create one, and then find nothing in it).
+/// The store a plan reads: where no state exists yet it plans against an empty one, and
+/// creates none. A plan changes nothing, so it never waits for (or blocks) a run that does.
+async fn open_for_plan(url: Option<&str>) -> Result<Arc<dyn Recorder>, Exit> {
+    match open_existing(url).await {
+        Err(e) if e.kind == kind::NO_STATE => Ok(Arc::new(lyra_state::EmptyState {
+            location: state_label(url),
+        })),
+        other => Ok(other?),
+    }
+}
+
 pub async fn open_existing(url: Option<&str>) -> Result<Arc<dyn Store>, Exit> {
     match lyra_state::open_existing(url.unwrap_or(DEFAULT_STATE)).await {
         Ok(store) => Ok(store),
@@ -482,7 +493,36 @@ fn fenced(e: &StoreError) -> bool {
 async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Output) -> Result<(), Exit> {
     let providers = providers_for(&a.exec.foobernetes_file, a.workflow.workflows.as_deref()).await;
     let mut sources = Sources::default();
-    let (target, program) = load::load_run(&a.workflow, a.name.is_some(), providers.schemas(), &mut sources).await?;
+    let target = load::locate_run(&a.workflow, a.name.is_some()).await?;
+    let deployment = a.name.clone().unwrap_or_else(|| target.name().to_owned());
+    let (program, preload) = if apply {
+        (load::parse_run(&target, providers.schemas(), &mut sources)?, None)
+    } else {
+        // A plan reads the state while the workflow is parsed on another thread: on a large
+        // deployment each takes a while, and they need each other only once the plan starts.
+        // (An apply reads it under the lease, later.)
+        let schemas = providers.schemas().clone();
+        let parse = tokio::task::spawn_blocking(move || {
+            let parsed = load::parse_run(&target, &schemas, &mut sources);
+            (parsed, sources)
+        });
+        let store = open_for_plan(a.state.as_deref()).await;
+        let state = match &store {
+            Ok(store) => Some(store.load(&deployment).await),
+            Err(_) => None,
+        };
+        // Never cancelled: an error is its panic, passed on.
+        let (parsed, parsed_sources) = parse
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        sources = parsed_sources;
+        // A bad workflow is reported before a state that cannot be read, as before.
+        let program = parsed?;
+        let store = store?;
+        let state = state.unwrap_or(Ok(None));
+        let preloaded = lyra_core::state::Preloaded::new(store, &deployment, state);
+        (program, Some(preloaded))
+    };
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
     check_targets(&a.targets, &lyra_core::engine::target_names(&program))?;
     if !a.targets.is_empty() {
@@ -495,31 +535,14 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
             if apply { "is applied" } else { "is planned" },
         ));
     }
-    let deployment = a.name.clone().unwrap_or_else(|| target.name().to_owned());
     let cancel = Arc::new(AtomicBool::new(false));
     let progress = progress::Progress::new(a.exec.verbose);
     let observer: &dyn Observer = if apply { &progress } else { &Quiet };
-    if !apply {
-        // A plan records nothing: where no state exists yet it plans against an empty one,
-        // and creates none. It changes nothing, so it never waits for (or blocks) a run that
-        // does.
-        let store: Arc<dyn Recorder> = match open_existing(a.state.as_deref()).await {
-            Err(e) if e.kind == kind::NO_STATE => Arc::new(lyra_state::EmptyState {
-                location: state_label(a.state.as_deref()),
-            }),
-            other => other?,
-        };
+    if let Some(store) = preload {
         signals::install(Arc::clone(&cancel), out);
-        let result = engine(
-            a.exec.concurrency,
-            &providers,
-            store.as_ref(),
-            observer,
-            &sources,
-            &cancel,
-        )
-        .plan_targets(&program, &deployment, &data, &a.targets)
-        .await;
+        let result = engine(a.exec.concurrency, &providers, &store, observer, &sources, &cancel)
+            .plan_targets(&program, &deployment, &data, &a.targets)
+            .await;
         progress.finish();
         let report = result.map_err(|e| engine_error(e, &sources))?;
         finish_report(&report, out, true, None)?;

@@ -315,6 +315,63 @@ impl StoreError {
     }
 }
 
+/// A recorder whose first load of one deployment is answered with a state read before, so
+/// that the read can overlap other work (a plan parses its workflow meanwhile); every other
+/// call goes to the recorder it wraps.
+pub struct Preloaded {
+    inner: std::sync::Arc<dyn Recorder>,
+    deployment: String,
+    state: std::sync::Mutex<Option<Result<Option<DeploymentState>, StoreError>>>,
+}
+
+impl Preloaded {
+    /// `state` is what `inner.load(deployment)` answered.
+    pub fn new(
+        inner: std::sync::Arc<dyn Recorder>,
+        deployment: &str,
+        state: Result<Option<DeploymentState>, StoreError>,
+    ) -> Preloaded {
+        Preloaded {
+            inner,
+            deployment: deployment.to_owned(),
+            state: std::sync::Mutex::new(Some(state)),
+        }
+    }
+}
+
+#[async_trait]
+impl Recorder for Preloaded {
+    fn store_id(&self) -> &str {
+        self.inner.store_id()
+    }
+
+    async fn load(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
+        let preloaded = (deployment == self.deployment)
+            .then(|| self.state.lock().expect("preloaded state lock").take())
+            .flatten();
+        match preloaded {
+            Some(state) => state,
+            None => self.inner.load(deployment).await,
+        }
+    }
+
+    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+        self.inner.begin_run(run).await
+    }
+
+    async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError> {
+        self.inner.put_resource(deployment, record).await
+    }
+
+    async fn remove_resource(&self, deployment: &str, step_id: &str) -> Result<(), StoreError> {
+        self.inner.remove_resource(deployment, step_id).await
+    }
+
+    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
+        self.inner.finish_run(run, end).await
+    }
+}
+
 /// Where the engine records a run and what it manages: what it reads before the run and the
 /// writes of the run, nothing else.
 ///
