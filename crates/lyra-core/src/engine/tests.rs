@@ -1327,3 +1327,50 @@ fn defaults_fill_in_for_missing_data() {
     assert_eq!(r.outcome, Outcome::Succeeded, "{:?}", r.steps);
     assert_eq!(r.returns["s"], json!(5));
 }
+
+#[test]
+fn a_preloaded_state_answers_the_first_load_of_its_deployment_only() {
+    let store = Arc::new(MemStore::default());
+    let recorded = |name: &str, steps: &[&str]| DeploymentState {
+        name: name.to_owned(),
+        resources: steps
+            .iter()
+            .map(|s| ResourceRecord {
+                step_id: (*s).to_owned(),
+                type_name: "Test::Thing".to_owned(),
+                external_id: format!("x-{s}"),
+                desired: Map::new(),
+                actual: Map::new(),
+                depends_on: vec![],
+                managed: true,
+                pending: false,
+                sensitive: vec![],
+                create_key: None,
+            })
+            .collect(),
+        ..DeploymentState::default()
+    };
+    store
+        .deployments
+        .lock()
+        .unwrap()
+        .insert("d".into(), recorded("d", &["now"]));
+    store
+        .deployments
+        .lock()
+        .unwrap()
+        .insert("e".into(), recorded("e", &["other"]));
+    let p = crate::state::Preloaded::new(store.clone(), "d", Ok(Some(recorded("d", &["earlier"]))));
+    let steps =
+        |s: Option<DeploymentState>| -> Vec<String> { s.unwrap().resources.into_iter().map(|r| r.step_id).collect() };
+    use crate::state::Recorder as _;
+    assert_eq!(p.store_id(), "store-1");
+    let load = |d: &str| block_on(p.load(d)).unwrap();
+    assert_eq!(steps(load("e")), ["other"], "another deployment is the store's");
+    assert_eq!(steps(load("d")), ["earlier"], "the first load is the preloaded one");
+    assert_eq!(steps(load("d")), ["now"], "later ones are the store's");
+    // A preloaded failure is answered as the store's would have been.
+    let down = StoreError::new(StoreErrorKind::Unavailable, "down");
+    let failing = crate::state::Preloaded::new(store, "d", Err(down));
+    assert!(block_on(failing.load("d")).is_err());
+}
