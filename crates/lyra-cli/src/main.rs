@@ -298,9 +298,6 @@ pub async fn open_state(url: Option<&str>) -> Result<Arc<dyn Store>, Exit> {
         .map_err(|e| Exit::state(format!("{}: {e}", state_label(url))))
 }
 
-/// Opens the state only if it exists: every command that reads, or changes only what is
-/// already recorded, must not leave a new store behind (a mistyped `--state` would otherwise
-/// create one, and then find nothing in it).
 /// The store a plan reads: where no state exists yet it plans against an empty one, and
 /// creates none. A plan changes nothing, so it never waits for (or blocks) a run that does.
 async fn open_for_plan(url: Option<&str>) -> Result<Arc<dyn Recorder>, Exit> {
@@ -312,6 +309,9 @@ async fn open_for_plan(url: Option<&str>) -> Result<Arc<dyn Recorder>, Exit> {
     }
 }
 
+/// Opens the state only if it exists: every command that reads, or changes only what is
+/// already recorded, must not leave a new store behind (a mistyped `--state` would otherwise
+/// create one, and then find nothing in it).
 pub async fn open_existing(url: Option<&str>) -> Result<Arc<dyn Store>, Exit> {
     match lyra_state::open_existing(url.unwrap_or(DEFAULT_STATE)).await {
         Ok(store) => Ok(store),
@@ -516,12 +516,11 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         sources = parsed_sources;
-        // A bad workflow is reported before a state that cannot be read, as before.
-        let program = parsed?;
-        let store = store?;
-        let state = state.unwrap_or(Ok(None));
-        let preloaded = lyra_core::state::Preloaded::new(store, &deployment, state);
-        (program, Some(preloaded))
+        // Errors in the order they were found before: the workflow, its data and targets
+        // (below), then the state.
+        let preloaded =
+            store.map(|store| lyra_core::state::Preloaded::new(store, &deployment, state.unwrap_or(Ok(None))));
+        (parsed?, Some(preloaded))
     };
     let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
     check_targets(&a.targets, &lyra_core::engine::target_names(&program))?;
@@ -539,6 +538,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
     let progress = progress::Progress::new(a.exec.verbose);
     let observer: &dyn Observer = if apply { &progress } else { &Quiet };
     if let Some(store) = preload {
+        let store = store?;
         signals::install(Arc::clone(&cancel), out);
         let result = engine(a.exec.concurrency, &providers, &store, observer, &sources, &cancel)
             .plan_targets(&program, &deployment, &data, &a.targets)
