@@ -104,6 +104,14 @@ fn watch_ready(client: kube::Client, ns: &str, n: usize) -> tokio::sync::oneshot
     done_rx
 }
 
+/// What [`watch_ready`] answers, once every object is Ready.
+async fn all_ready(done: tokio::sync::oneshot::Receiver<Vec<Duration>>) -> Vec<Duration> {
+    tokio::time::timeout(Duration::from_secs(1800), done)
+        .await
+        .expect("every object Ready within 30 minutes")
+        .expect("the watch ended")
+}
+
 fn print_times(times: &[Duration]) {
     println!(
         "  time to Ready: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
@@ -195,10 +203,7 @@ async fn main() {
     let started = Instant::now();
     kubectl(&["apply", "-f", "-"], Some(&manifests(n, "default")));
     let applied = started.elapsed();
-    let times = tokio::time::timeout(Duration::from_secs(1800), done)
-        .await
-        .expect("every object Ready within 30 minutes")
-        .expect("the watch ended");
+    let times = all_ready(done).await;
     let total = started.elapsed();
     let (count, secs) = reconciles(&health);
     let peak = rss_mib(controller.id(), "VmHWM:");
@@ -225,10 +230,7 @@ async fn main() {
     let done = watch_ready(client.clone(), "backlog", n);
     let started = Instant::now();
     let mut controller = start_controller();
-    let times = tokio::time::timeout(Duration::from_secs(1800), done)
-        .await
-        .expect("every object Ready within 30 minutes")
-        .expect("the watch ended");
+    let times = all_ready(done).await;
     let total = started.elapsed();
     let (count, secs) = reconciles(&health);
     println!("backlog: {n} new objects and {n} applied ones, for a controller (re)started after they were created");
