@@ -212,9 +212,13 @@ impl OwnWrites {
             own.remove(uid);
             return true;
         }
-        // Our finalizer is on, in an object unlike the one expected: whatever happened, the
-        // event that matches can no longer come.
-        if expected.finalizers.iter().all(|f| asks.finalizers.contains(f)) {
+        // The finalizer we added (the last one expected) is on, in an object unlike the one
+        // expected: whatever happened, the event that matches can no longer come.
+        if expected
+            .finalizers
+            .last()
+            .is_some_and(|ours| asks.finalizers.contains(ours))
+        {
             own.remove(uid);
         }
         false
@@ -587,5 +591,15 @@ mod tests {
         assert!(!own.is_own(&other));
         assert!(!own.is_own(&ObjectMeta::default()));
         assert_eq!(own.len(), 1);
+    }
+
+    #[test]
+    fn another_finalizer_going_meanwhile_still_ends_the_wait() {
+        let own = OwnWrites::default();
+        expecting(&own, &meta(&["other"], &[]));
+        // Someone removed their finalizer as ours went on: not the expected event, but ours
+        // is on, so no later event can be the one expected.
+        assert!(!own.is_own(&meta(&[FINALIZER], &[])));
+        assert_eq!(own.len(), 0);
     }
 }
