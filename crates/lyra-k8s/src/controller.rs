@@ -380,11 +380,10 @@ fn json_patch(ops: serde_json::Value) -> Patch<()> {
     Patch::Json(serde_json::from_value(ops).expect("a well-formed JSON patch"))
 }
 
-/// Adds the finalizer, provided the object is still the one seen and nobody changed its
-/// finalizers meanwhile (the apiserver does not deduplicate finalizers).
-/// Adds `finalizer`: `true` when this call added it, `false` when the object is gone or
-/// changed (the reconcile of that change does the rest).
-/// With `own`, the write's watch event is expected there, to trigger nothing.
+/// Adds `finalizer`, provided the object is still the one seen and nobody changed its
+/// finalizers meanwhile (the apiserver does not deduplicate finalizers): `true` when this
+/// call added it, `false` when the object is gone or changed (the reconcile of that change
+/// does the rest). With `own`, the write's watch event is expected there, to trigger nothing.
 pub(crate) async fn add_finalizer<K>(
     api: &Api<K>,
     wf: &K,
@@ -396,65 +395,56 @@ where
 {
     let name = wf.meta().name.as_deref().ok_or(Error::Unnamed)?;
     let uid = wf.meta().uid.as_deref().ok_or(Error::Unnamed)?;
-    let added = add_finalizer_patch(api, wf, name, uid, finalizer, own).await;
-    // Expected before the write (its event may come before its response); forgotten when
-    // this call did not add it.
+    // Expected before the write (its event may come before its response); forgotten below
+    // when this call did not add it.
+    if let Some(own) = own {
+        let mut after = Asks::of(wf.meta());
+        after.finalizers.push(finalizer.to_owned());
+        own.expect(uid, after);
+    }
+    let added = async {
+        let finalizers = wf.finalizers();
+        let (test, add) = if finalizers.is_empty() {
+            (
+                serde_json::Value::Null,
+                serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
+            )
+        } else {
+            (
+                serde_json::json!(finalizers),
+                serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}),
+            )
+        };
+        let patch = json_patch(serde_json::json!([
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "test", "path": "/metadata/finalizers", "value": test},
+            add,
+        ]));
+        let refused = match api.patch(name, &PatchParams::default(), &patch).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(false),
+            // A failed `test`: the cache was behind (the finalizer may be there already).
+            Err(e @ kube::Error::Api(_)) => e,
+            Err(e) => return Err(Error::AddFinalizer(e)),
+        };
+        match api.get_opt(name).await {
+            Ok(Some(now))
+                if now.meta().uid.as_deref() == Some(uid) && !now.finalizers().iter().any(|f| f == finalizer) =>
+            {
+                Err(Error::AddFinalizer(refused))
+            }
+            // Gone, re-created, or already carrying it: the reconcile on that change does the rest.
+            Ok(_) => Ok(false),
+            Err(e) => Err(Error::AddFinalizer(e)),
+        }
+    }
+    .await;
     if let Some(own) = own
         && !matches!(added, Ok(true))
     {
         own.forget(uid);
     }
     added
-}
-
-async fn add_finalizer_patch<K>(
-    api: &Api<K>,
-    wf: &K,
-    name: &str,
-    uid: &str,
-    finalizer: &str,
-    own: Option<&OwnWrites>,
-) -> Result<bool, Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let finalizers = wf.finalizers();
-    if let Some(own) = own {
-        let mut after = Asks::of(wf.meta());
-        after.finalizers.push(finalizer.to_owned());
-        own.expect(uid, after);
-    }
-    let (test, add) = if finalizers.is_empty() {
-        (
-            serde_json::Value::Null,
-            serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
-        )
-    } else {
-        (
-            serde_json::json!(finalizers),
-            serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}),
-        )
-    };
-    let patch = json_patch(serde_json::json!([
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": "/metadata/finalizers", "value": test},
-        add,
-    ]));
-    let refused = match api.patch(name, &PatchParams::default(), &patch).await {
-        Ok(_) => return Ok(true),
-        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(false),
-        // A failed `test`: the cache was behind (the finalizer may be there already).
-        Err(e @ kube::Error::Api(_)) => e,
-        Err(e) => return Err(Error::AddFinalizer(e)),
-    };
-    match api.get_opt(name).await {
-        Ok(Some(now)) if now.meta().uid.as_deref() == Some(uid) && !now.finalizers().iter().any(|f| f == finalizer) => {
-            Err(Error::AddFinalizer(refused))
-        }
-        // Gone, re-created, or already carrying it: the reconcile on that change does the rest.
-        Ok(_) => Ok(false),
-        Err(e) => Err(Error::AddFinalizer(e)),
-    }
 }
 
 /// Removes the finalizer at `index` once cleanup is done. The object being gone already, or

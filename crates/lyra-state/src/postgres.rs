@@ -491,8 +491,7 @@ async fn load_in(conn: &mut PgConnection, deployment: &str) -> Result<Option<Dep
 /// to `$12` (see [`bind_resource`]).
 macro_rules! resource_insert {
     () => {
-        "INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, \
-                                depends_on, managed, pending, sensitive, updated_at, create_key) "
+        concat!("INSERT INTO resources (", resource_columns!(), ") ")
     };
 }
 macro_rules! resource_upsert {
