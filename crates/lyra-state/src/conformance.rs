@@ -7,7 +7,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{DeploymentExport, Fence, Lease, LeaseGrant, LeaseRequest, RunRecord, Store};
+use crate::{DeploymentExport, Fence, Lease, LeaseGrant, LeaseRequest, ReadRecord, RunRecord, Store};
+use futures::StreamExt as _;
 use futures::future::join_all;
 use lyra_core::state::{
     ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunReturns, RunStart,
@@ -1194,6 +1195,75 @@ pub async fn too_deep_values_are_refused(store: &dyn Store) {
     assert_eq!(load(store, "d").await.resources, vec![resource("ok")]);
 }
 
+/// Every record [`crate::Admin::records`] gives for `deployment`, which must exist.
+async fn streamed(store: &dyn Store, deployment: &str) -> Vec<ReadRecord> {
+    let stream = store
+        .records(deployment)
+        .await
+        .expect("records")
+        .unwrap_or_else(|| panic!("deployment {deployment} missing"));
+    assert_eq!(stream.name, deployment);
+    stream.records.map(|r| r.expect("a record")).collect().await
+}
+
+/// A deployment's records read one at a time are what a load gives, in step order; an unknown
+/// deployment has none, one without resources an empty stream.
+pub async fn records_stream_in_step_order(store: &dyn Store) {
+    assert!(store.records("nope").await.expect("records").is_none());
+    store.begin_run(&apply("empty", "wf-e")).await.expect("begin_run");
+    let empty = store.records("empty").await.expect("records").expect("exists");
+    assert_eq!(empty.workflow.as_deref(), Some("wf-e"));
+    assert_eq!(empty.records.count().await, 0);
+
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    // More than are read ahead, written out of order.
+    let mut ids: Vec<String> = (0..300).map(|i| format!("s{:03}", (i * 7) % 300)).collect();
+    let records: Vec<ResourceRecord> = ids.iter().map(|id| resource(id)).collect();
+    join_all(records.iter().map(|r| store.put_resource("d", r)))
+        .await
+        .into_iter()
+        .for_each(|r| r.expect("put"));
+    store.put_resource("other", &resource("s000-other")).await.expect("put");
+    ids.sort();
+    let read: Vec<ReadRecord> = streamed(store, "d").await;
+    let expected: Vec<ReadRecord> = load(store, "d")
+        .await
+        .resources
+        .into_iter()
+        .map(ReadRecord::Readable)
+        .collect();
+    assert_eq!(read.len(), 300);
+    assert_eq!(read, expected);
+    let order: Vec<&str> = read
+        .iter()
+        .map(|r| match r {
+            ReadRecord::Readable(r) => r.step_id.as_str(),
+            ReadRecord::Unreadable(u) => u.step_id.as_str(),
+        })
+        .collect();
+    assert_eq!(order, ids);
+}
+
+/// A consumer that stops reading part-way leaves the store as it was: it still reads and
+/// writes, and the next stream is whole.
+pub async fn records_dropped_part_way(store: &dyn Store) {
+    store.begin_run(&apply("d", "wf")).await.expect("begin_run");
+    for i in 0..200 {
+        store
+            .put_resource("d", &resource(&format!("r{i:03}")))
+            .await
+            .expect("put");
+    }
+    for _ in 0..3 {
+        let mut stream = store.records("d").await.expect("records").expect("d");
+        assert!(stream.records.next().await.is_some());
+        drop(stream);
+    }
+    store.put_resource("d", &resource("r999")).await.expect("a write after");
+    assert_eq!(streamed(store, "d").await.len(), 201);
+    assert_eq!(load(store, "d").await.resources.len(), 201);
+}
+
 /// Sets up deployment `d` with records `a` and `b`, for a backend test to damage `a` behind
 /// the store's back and then check [`damaged_record_is_listed`].
 pub async fn seed_for_damage(store: &dyn Store) {
@@ -1220,6 +1290,11 @@ pub async fn damaged_record_is_listed(store: &dyn Store) {
         .expect("export despite the bad record")
         .expect("d");
     assert_eq!(export.state, state);
+    // Read one by one, the bad record is in its place, named the same way.
+    assert_eq!(
+        streamed(store, "d").await,
+        vec![ReadRecord::Unreadable(bad.clone()), ReadRecord::Readable(resource("b"))]
+    );
     assert_eq!(store.list().await.expect("list")[0].resources, 2);
     store.remove_resource("d", "a").await.expect("remove the bad record");
     let state = load(store, "d").await;

@@ -43,6 +43,14 @@ pub enum Error {
         source: sqlx::Error,
     },
 
+    /// The database file could not be opened by the store's own connections.
+    #[error("cannot open state database {}: {source}", path.display())]
+    OpenFile {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+
     /// The file exists but is not a SQLite database.
     #[error("{} is not a SQLite database (is it the right file?)", path.display())]
     NotADatabase { path: PathBuf },
@@ -83,6 +91,10 @@ pub enum Error {
     /// A query failed.
     #[error("state database error: {0}")]
     Sqlx(#[from] sqlx::Error),
+
+    /// A SQLite statement failed.
+    #[error("state database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
 
     /// A stored value could not be decoded.
     #[error("corrupt state: cannot decode {what}: {source}")]
@@ -160,9 +172,14 @@ impl Error {
                 StoreErrorKind::Corrupt => StoreErrorKind::Corrupt,
                 _ => StoreErrorKind::Unavailable,
             },
+            Error::OpenFile { source, .. } => match sqlite_kind(source) {
+                StoreErrorKind::Corrupt => StoreErrorKind::Corrupt,
+                _ => StoreErrorKind::Unavailable,
+            },
             Error::NotADatabase { .. } | Error::Corrupt { .. } | Error::UnknownValue { .. } => StoreErrorKind::Corrupt,
             Error::Migrate { source, .. } | Error::PgMigrate { source, .. } => migrate_kind(source),
             Error::Sqlx(e) => sqlx_kind(e),
+            Error::Sqlite(e) => sqlite_kind(e),
             Error::RunAlreadyFinished(_) | Error::LeaseContended(_) => StoreErrorKind::Conflict,
             Error::LeaseLost(_) => StoreErrorKind::LeaseLost,
             Error::Encode { .. } | Error::TooDeep { .. } | Error::UnknownRun(_) => StoreErrorKind::Other,
@@ -199,6 +216,37 @@ pub(crate) fn sqlx_kind(e: &sqlx::Error) -> StoreErrorKind {
         }
         sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => StoreErrorKind::Corrupt,
         sqlx::Error::Migrate(m) => migrate_kind(m),
+        _ => StoreErrorKind::Other,
+    }
+}
+
+/// How the engine should see a failure of the SQLite store's own connections.
+fn sqlite_kind(e: &rusqlite::Error) -> StoreErrorKind {
+    use rusqlite::ErrorCode as Code;
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => match f.code {
+            Code::DatabaseCorrupt | Code::NotADatabase => StoreErrorKind::Corrupt,
+            Code::PermissionDenied
+            | Code::DatabaseBusy
+            | Code::DatabaseLocked
+            | Code::ReadOnly
+            | Code::SystemIoFailure
+            | Code::DiskFull
+            | Code::CannotOpen => StoreErrorKind::Unavailable,
+            Code::ConstraintViolation
+                if matches!(
+                    f.extended_code,
+                    rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                ) =>
+            {
+                StoreErrorKind::Conflict
+            }
+            _ => StoreErrorKind::Other,
+        },
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::Utf8Error(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreErrorKind::Corrupt,
         _ => StoreErrorKind::Other,
     }
 }

@@ -52,7 +52,7 @@ pub use crate::redact::{redact_text, redact_url};
 pub use crate::sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use crate::store::{
     Admin, DeploymentExport, DeploymentSummary, Fence, FencedWrites, Lease, LeaseGrant, LeaseRequest, Leases,
-    RunRecord, Store,
+    ReadRecord, RecordStream, RunRecord, Store,
 };
 pub use lyra_core::state::Recorder;
 

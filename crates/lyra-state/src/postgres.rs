@@ -44,7 +44,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::store::{Admin, Fence, Leases};
-use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunRecord};
+use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RecordStream, RunRecord};
 use async_trait::async_trait;
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
@@ -57,6 +57,16 @@ use crate::rows::{
     run_columns, summaries,
 };
 use crate::url::StoreUrl;
+
+mod records;
+
+/// A deployment joined to its resources in step order: one row per resource, or a row of
+/// nulls for a deployment without any; no row for no deployment.
+const LOAD: &str = "SELECT d.workflow AS deployment_workflow, \
+                           r.deployment, r.step_id, r.type_name, r.external_id, r.desired, r.actual, \
+                           r.depends_on, r.managed, r.pending, r.sensitive, r.updated_at, r.create_key \
+                    FROM deployments d LEFT JOIN resources r ON r.deployment = d.name \
+                    WHERE d.name = $1 ORDER BY r.step_id";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -312,18 +322,9 @@ impl PostgresStore {
 
     /// One statement, so one snapshot in one round trip (a read-only transaction around two
     /// queries took four): the deployment joined to its resources, a row of nulls for a
-    /// deployment without any.
+    /// deployment without any ([`LOAD`]).
     async fn load_once(&self, deployment: &str) -> Result<Option<DeploymentState>, Error> {
-        let rows = sqlx::query(
-            "SELECT d.workflow AS deployment_workflow, \
-                    r.deployment, r.step_id, r.type_name, r.external_id, r.desired, r.actual, \
-                    r.depends_on, r.managed, r.pending, r.sensitive, r.updated_at, r.create_key \
-             FROM deployments d LEFT JOIN resources r ON r.deployment = d.name \
-             WHERE d.name = $1 ORDER BY r.step_id",
-        )
-        .bind(deployment)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(LOAD).bind(deployment).fetch_all(&self.pool).await?;
         let Some(first) = rows.first() else {
             return Ok(None);
         };
@@ -786,6 +787,10 @@ impl PostgresStore {
 impl Admin for PostgresStore {
     async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
         Ok(self.retry(|_| self.list_once()).await?)
+    }
+
+    async fn records(&self, deployment: &str) -> Result<Option<RecordStream>, StoreError> {
+        Ok(self.retry(|_| self.records_once(deployment)).await?)
     }
 
     async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError> {

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::{DeploymentSummary, Lease, RunRecord};
+use crate::{DeploymentSummary, Lease, ReadRecord, RunRecord};
 use lyra_core::state::{
     ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, ResourceRecord, RunEnd, RunId, RunReturns,
     RunStart, UnreadableRecord,
@@ -78,52 +78,114 @@ impl ResourceRow {
         })
     }
 
-    pub fn into_record(self) -> Result<ResourceRecord, Error> {
+    /// The row's columns, borrowed.
+    pub fn columns(&self) -> ResourceColumns<'_> {
+        ResourceColumns {
+            deployment: &self.deployment,
+            step_id: &self.step_id,
+            type_name: &self.type_name,
+            external_id: &self.external_id,
+            desired: &self.desired,
+            actual: &self.actual,
+            depends_on: &self.depends_on,
+            managed: self.managed,
+            pending: self.pending,
+            sensitive: &self.sensitive,
+            create_key: self.create_key.as_deref(),
+        }
+    }
+}
+
+/// The columns of a resource row as borrowed text: a backend that can lend its buffers (the
+/// SQLite store) decodes records from them without copying each column into a
+/// [`ResourceRow`] first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ResourceColumns<'a> {
+    pub deployment: &'a str,
+    pub step_id: &'a str,
+    pub type_name: &'a str,
+    pub external_id: &'a str,
+    pub desired: &'a str,
+    pub actual: &'a str,
+    pub depends_on: &'a str,
+    pub managed: bool,
+    pub pending: bool,
+    pub sensitive: &'a str,
+    pub create_key: Option<&'a str>,
+}
+
+impl ResourceColumns<'_> {
+    /// The record these columns hold, or why it cannot be read.
+    pub fn read(&self) -> ReadRecord {
+        match self.record() {
+            Ok(r) => ReadRecord::Readable(r),
+            Err(e) => ReadRecord::Unreadable(UnreadableRecord {
+                step_id: self.step_id.to_owned(),
+                type_name: self.type_name.to_owned(),
+                error: e.to_string(),
+            }),
+        }
+    }
+
+    /// The record these columns hold.
+    pub fn record(&self) -> Result<ResourceRecord, Error> {
         let what = |column: &str| {
             format!(
                 "resources.{column} of step {:?} in deployment {:?}",
                 self.step_id, self.deployment
             )
         };
-        let desired: Map = decode(&self.desired, || what("desired"))?;
-        let actual: Map = decode(&self.actual, || what("actual"))?;
-        let depends_on: Vec<String> = decode(&self.depends_on, || what("depends_on"))?;
-        let sensitive: Vec<String> = decode(&self.sensitive, || what("sensitive"))?;
+        let desired: Map = decode(self.desired, || what("desired"))?;
+        let actual: Map = decode(self.actual, || what("actual"))?;
+        let depends_on: Vec<String> = decode(self.depends_on, || what("depends_on"))?;
+        let sensitive: Vec<String> = decode(self.sensitive, || what("sensitive"))?;
         Ok(ResourceRecord {
-            step_id: self.step_id,
-            type_name: self.type_name,
-            external_id: self.external_id,
+            step_id: self.step_id.to_owned(),
+            type_name: self.type_name.to_owned(),
+            external_id: self.external_id.to_owned(),
             desired,
             actual,
             depends_on,
             managed: self.managed,
             pending: self.pending,
             sensitive,
-            create_key: self.create_key,
+            create_key: self.create_key.map(str::to_owned),
         })
     }
 }
 
-/// A deployment's state from its rows: the records that decode, and the ones that do not
-/// (listed, so that one bad record leaves the rest readable and can be removed).
-pub(crate) fn deployment_state(name: &str, workflow: Option<String>, rows: Vec<ResourceRow>) -> DeploymentState {
-    let mut state = DeploymentState {
-        name: name.to_owned(),
-        workflow,
-        ..DeploymentState::default()
-    };
-    for row in rows {
-        let (step_id, type_name) = (row.step_id.clone(), row.type_name.clone());
-        match row.into_record() {
-            Ok(r) => state.resources.push(r),
-            Err(e) => state.unreadable.push(UnreadableRecord {
-                step_id,
-                type_name,
-                error: e.to_string(),
-            }),
+/// A deployment's state built record by record: the records that decode, and the ones that
+/// do not (listed, so that one bad record leaves the rest readable and can be removed).
+pub(crate) struct StateBuilder(DeploymentState);
+
+impl StateBuilder {
+    pub fn new(name: &str, workflow: Option<String>) -> StateBuilder {
+        StateBuilder(DeploymentState {
+            name: name.to_owned(),
+            workflow,
+            ..DeploymentState::default()
+        })
+    }
+
+    pub fn push(&mut self, columns: &ResourceColumns<'_>) {
+        match columns.read() {
+            ReadRecord::Readable(r) => self.0.resources.push(r),
+            ReadRecord::Unreadable(u) => self.0.unreadable.push(u),
         }
     }
-    state
+
+    pub fn finish(self) -> DeploymentState {
+        self.0
+    }
+}
+
+/// A deployment's state from its rows (see [`StateBuilder`]).
+pub(crate) fn deployment_state(name: &str, workflow: Option<String>, rows: Vec<ResourceRow>) -> DeploymentState {
+    let mut state = StateBuilder::new(name, workflow);
+    for row in &rows {
+        state.push(&row.columns());
+    }
+    state.finish()
 }
 
 /// A row of `runs`.

@@ -2,8 +2,13 @@
 //!
 //! One file holds everything. Writes go through a single writer connection that the callers
 //! take turns on, each turn committing everything queued at once (group commit, see [`writer`]);
-//! reads use a small pool and run in read transactions, so each sees one consistent snapshot.
-//! WAL mode lets the readers and the writer run side by side.
+//! reads use a small pool of connections and run in read transactions, so each sees one
+//! consistent snapshot. WAL mode lets the readers and the writer run side by side.
+//!
+//! The connections are rusqlite's: a statement runs on the thread that asks for it. Writes
+//! run on the caller's own thread (see [`writer`]); reads, which can be long (a whole
+//! deployment), run on Tokio's blocking threads. sqlx opens the file first, to run the
+//! embedded migrations, which keeps the migration table files have had from the start.
 //!
 //! Leases are rows of `leases`, taken and renewed through the writer with conditional upserts
 //! under SQLite's write lock, so two processes on one file agree on who holds one. Their times
@@ -12,19 +17,26 @@
 mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::store::{Admin, Fence, Leases};
-use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RunRecord};
+use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RecordStream, RunRecord};
 use async_trait::async_trait;
+use futures::StreamExt as _;
 use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, SqliteConnection};
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _, params};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{Connection as _, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, SQLITE_NOTADB, sqlite_primary_code};
-use crate::rows::{DeploymentSummaryRow, LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms, run_columns};
+use crate::rows::{
+    DeploymentSummaryRow, LeaseRow, ResourceColumns, ResourceRow, RunEndRow, RunRow, StateBuilder, lease_columns,
+    now_ms, run_columns,
+};
 
-use self::writer::{Done, ImportRows, Op, Writer};
+use self::writer::{Done, ImportRows, Op, Writer, lease_row};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -48,6 +60,14 @@ impl Synchronous {
             Synchronous::Extra => SqliteSynchronous::Extra,
         }
     }
+
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+            Synchronous::Extra => "EXTRA",
+        }
+    }
 }
 
 /// How to open a [`SqliteStore`].
@@ -57,7 +77,7 @@ pub struct SqliteOptions {
     pub synchronous: Synchronous,
     /// How long a write waits for another process holding the database before failing.
     pub busy_timeout: Duration,
-    /// Size of the read pool.
+    /// Most read connections kept open between reads.
     pub read_connections: u32,
 }
 
@@ -87,7 +107,7 @@ pub struct SqliteStore {
     path: PathBuf,
     /// See [`Recorder::store_id`].
     id: String,
-    reads: SqlitePool,
+    reads: Arc<Reads>,
     writer: Writer,
 }
 
@@ -149,19 +169,30 @@ impl SqliteStore {
             .await
             .map_err(|e| open_error(path, e))?;
 
-        // Readers never write; `query_only` makes sure of it.
-        let reads = SqlitePoolOptions::new()
-            .max_connections(options.read_connections.max(1))
-            .min_connections(0)
-            .connect_with(connect.pragma("query_only", "ON"))
-            .await
-            .map_err(|e| open_error(path, e))?;
+        // The store's own connections, opened before the migration's closes: the last
+        // connection to close checkpoints the WAL away, and the next would start a new one.
+        let reads = Arc::new(Reads {
+            path: path.to_owned(),
+            options: options.clone(),
+            idle: Mutex::new(Vec::new()),
+        });
+        let writer = {
+            let reads = Arc::clone(&reads);
+            tokio::task::spawn_blocking(move || reads.open(Role::Write))
+                .await
+                .map_err(|_| Error::Closed)?
+        };
+        let writer = writer.map_err(|source| Error::OpenFile {
+            path: path.to_owned(),
+            source,
+        })?;
+        let _ = conn.close().await;
 
         Ok(SqliteStore {
             path: path.to_owned(),
             id,
             reads,
-            writer: Writer::new(conn),
+            writer: Writer::new(writer, options.busy_timeout),
         })
     }
 
@@ -175,9 +206,95 @@ impl SqliteStore {
     /// Dropping the store is also safe (queued writes still commit in the background); this
     /// just lets the caller wait for it and see errors.
     pub async fn close(self) -> Result<(), Error> {
-        self.reads.close().await;
+        self.reads.close();
         // The writer closes last, so its connection checkpoints the WAL into the database.
         self.writer.close().await
+    }
+
+    /// Runs `f` in a read transaction (one snapshot) on a pooled connection, on a blocking
+    /// thread.
+    async fn read<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+    {
+        let reads = Arc::clone(&self.reads);
+        let read = tokio::task::spawn_blocking(move || {
+            let conn = reads.take()?;
+            let result = conn.unchecked_transaction().map_err(Error::from).and_then(|tx| {
+                let value = f(&tx)?;
+                tx.commit()?;
+                Ok(value)
+            });
+            // A failed transaction was rolled back (dropped): the connection is fine.
+            reads.give_back(conn);
+            result
+        });
+        match read.await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(Error::Closed),
+        }
+    }
+}
+
+/// Which connection [`Reads::open`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Read,
+    Write,
+}
+
+/// The read connections, opened as needed and kept for the next read.
+struct Reads {
+    path: PathBuf,
+    options: SqliteOptions,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Reads {
+    /// A connection to the file (which exists: sqlx made it), set up for `role`.
+    fn open(&self, role: Role) -> Result<Connection, rusqlite::Error> {
+        // Not a URI: the path is used as written. No mutex: one thread uses it at a time.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags)?;
+        // rusqlite's `busy_timeout` refuses more than i32::MAX milliseconds.
+        let max = Duration::from_millis(i32::MAX as u64);
+        conn.busy_timeout(self.options.busy_timeout.min(max))?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        match role {
+            Role::Write => {
+                conn.pragma_update(None, "synchronous", self.options.synchronous.pragma())?;
+                // Every statement the writer makes, prepared once.
+                conn.set_prepared_statement_cache_capacity(32);
+            }
+            // Readers never write; `query_only` makes sure of it.
+            Role::Read => conn.pragma_update(None, "query_only", "ON")?,
+        }
+        Ok(conn)
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self) -> Result<Connection, Error> {
+        let idle = self.idle().pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.open(Role::Read).map_err(Error::from),
+        }
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle();
+        if idle.len() < self.options.read_connections.max(1) as usize {
+            idle.push(conn);
+        }
+    }
+
+    fn close(&self) {
+        self.idle().clear();
     }
 }
 
@@ -205,18 +322,24 @@ async fn check_existing(path: &Path) -> Result<(), Error> {
         Ok(m) if m.len() == 0 => return Err(no_state()),
         Ok(_) => {}
     }
-    let probe = SqliteConnectOptions::new().filename(path).read_only(true);
-    let mut conn = SqliteConnection::connect_with(&probe)
-        .await
-        .map_err(|e| open_error(path, e))?;
-    let migrated: Result<Option<String>, sqlx::Error> =
-        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
-            .fetch_optional(&mut conn)
-            .await;
-    let _ = conn.close().await;
-    match migrated.map_err(|e| open_error(path, e))? {
-        Some(_) => Ok(()),
-        None => Err(no_state()),
+    let probe_path = path.to_owned();
+    let probe = tokio::task::spawn_blocking(move || -> Result<bool, rusqlite::Error> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&probe_path, flags)?;
+        conn.query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()
+        .map(|found| found.is_some())
+    })
+    .await
+    .map_err(|_| Error::Closed)?;
+    match probe {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(no_state()),
+        Err(source) => Err(open_file_error(path, source)),
     }
 }
 
@@ -256,6 +379,17 @@ fn open_error(path: &Path, source: sqlx::Error) -> Error {
     }
 }
 
+fn open_file_error(path: &Path, source: rusqlite::Error) -> Error {
+    if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
+        Error::NotADatabase { path: path.to_owned() }
+    } else {
+        Error::OpenFile {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
 /// Runs the embedded migrations under the write lock (`BEGIN IMMEDIATE`), so two processes
 /// opening a new file at once do not both try to create the schema: the second waits, then
 /// finds it done.
@@ -287,10 +421,8 @@ crate::store::recorder_and_fenced_writes!(SqliteStore);
 impl SqliteStore {
     /// The recorded state of a deployment, in one read transaction.
     async fn load_state(&self, deployment: &str) -> Result<Option<DeploymentState>, StoreError> {
-        let mut tx = self.reads.begin().await.map_err(Error::from)?;
-        let state = load_in(&mut tx, deployment).await?;
-        tx.commit().await.map_err(Error::from)?;
-        Ok(state)
+        let deployment = deployment.to_owned();
+        Ok(self.read(move |conn| load_in(conn, &deployment)).await?)
     }
 
     async fn begin_run_in(&self, fence: Option<&Fence>, run: &RunStart) -> Result<RunId, StoreError> {
@@ -334,43 +466,101 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl Admin for SqliteStore {
-    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
-        Ok(self.list_inner().await?)
-    }
-
-    async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError> {
-        let rows: Vec<RunRow> = sqlx::query_as(concat!(
+/// The runs of a deployment, oldest or newest first.
+fn runs_in(conn: &Connection, deployment: &str, newest_first: bool) -> Result<Vec<RunRecord>, Error> {
+    let sql = if newest_first {
+        concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs WHERE deployment = ?1 ORDER BY id DESC"
-        ))
-        .bind(deployment)
-        .fetch_all(&self.reads)
-        .await
-        .map_err(Error::from)?;
-        Ok(rows.into_iter().map(RunRow::into_record).collect::<Result<_, _>>()?)
-    }
-
-    async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError> {
-        // One read transaction: the resources and the history come from the same snapshot.
-        let mut tx = self.reads.begin().await.map_err(Error::from)?;
-        let Some(state) = load_in(&mut tx, deployment).await? else {
-            return Ok(None);
-        };
-        let rows: Vec<RunRow> = sqlx::query_as(concat!(
+        )
+    } else {
+        concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs WHERE deployment = ?1 ORDER BY id"
-        ))
-        .bind(deployment)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(Error::from)?;
-        tx.commit().await.map_err(Error::from)?;
-        let history = rows.into_iter().map(RunRow::into_record).collect::<Result<_, _>>()?;
-        Ok(Some(DeploymentExport { state, history }))
+        )
+    };
+    let mut statement = conn.prepare_cached(sql)?;
+    let rows = statement
+        .query_map(params![deployment], run_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(RunRow::into_record).collect()
+}
+
+#[async_trait]
+impl Admin for SqliteStore {
+    async fn list(&self) -> Result<Vec<DeploymentSummary>, StoreError> {
+        Ok(self.read(list_in).await?)
+    }
+
+    async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let deployment = deployment.to_owned();
+        Ok(self.read(move |conn| runs_in(conn, &deployment, true)).await?)
+    }
+
+    async fn records(&self, deployment: &str) -> Result<Option<RecordStream>, StoreError> {
+        let (head, found) = oneshot::channel::<Result<Option<Option<String>>, Error>>();
+        let (records, received) = mpsc::channel(RECORDS_AHEAD);
+        let reads = Arc::clone(&self.reads);
+        let name = deployment.to_owned();
+        let deployment = name.clone();
+        // One read transaction on a blocking thread, which waits while the consumer is
+        // behind: no more than `RECORDS_AHEAD` records are ever in memory.
+        tokio::task::spawn_blocking(move || {
+            let mut head = Some(head);
+            let read = reads.take().and_then(|conn| {
+                let read = conn.unchecked_transaction().map_err(Error::from).and_then(|tx| {
+                    let workflow = deployment_in(&tx, &deployment)?;
+                    let exists = workflow.is_some();
+                    if let Some(head) = head.take() {
+                        let _ = head.send(Ok(workflow));
+                    }
+                    if exists {
+                        // Stops when the consumer has gone.
+                        for_each_resource(&tx, &deployment, |columns| {
+                            records.blocking_send(Ok(columns.read())).is_ok()
+                        })?;
+                    }
+                    Ok(())
+                });
+                reads.give_back(conn);
+                read
+            });
+            if let Err(e) = read {
+                match head.take() {
+                    Some(head) => {
+                        let _ = head.send(Err(e));
+                    }
+                    None => {
+                        let _ = records.blocking_send(Err(e.into()));
+                    }
+                }
+            }
+        });
+        let workflow = found.await.map_err(|_| Error::Closed)??;
+        Ok(workflow.map(|workflow| RecordStream {
+            name,
+            workflow,
+            records: futures::stream::unfold(received, |mut received| async move {
+                received.recv().await.map(|record| (record, received))
+            })
+            .boxed(),
+        }))
+    }
+
+    async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError> {
+        let deployment = deployment.to_owned();
+        // One read transaction: the resources and the history come from the same snapshot.
+        Ok(self
+            .read(move |conn| {
+                let Some(state) = load_in(conn, &deployment)? else {
+                    return Ok(None);
+                };
+                let history = runs_in(conn, &deployment, false)?;
+                Ok(Some(DeploymentExport { state, history }))
+            })
+            .await?)
     }
 
     async fn import(&self, export: &DeploymentExport) -> Result<(), StoreError> {
@@ -435,16 +625,19 @@ impl Leases for SqliteStore {
     }
 
     async fn lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
-        let row: Option<LeaseRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            lease_columns!(),
-            " FROM leases WHERE deployment = ?1 AND expires > ?2"
-        ))
-        .bind(deployment)
-        .bind(now_ms())
-        .fetch_optional(&self.reads)
-        .await
-        .map_err(Error::from)?;
+        let deployment = deployment.to_owned();
+        let row = self
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(concat!(
+                        "SELECT ",
+                        lease_columns!(),
+                        " FROM leases WHERE deployment = ?1 AND expires > ?2"
+                    ))?
+                    .query_row(params![deployment, now_ms()], lease_row)
+                    .optional()?)
+            })
+            .await?;
         Ok(row.map(LeaseRow::public))
     }
 
@@ -459,98 +652,94 @@ impl Leases for SqliteStore {
     }
 }
 
-/// A resource row (its deployment aside) as one text value: each text column as
-/// `<bytes>:<text>`, each integer as `<digits>;`, a null `create_key` as `-`. sqlx copies
-/// every value of every row it reads (`sqlite3_value_dup`: an allocation, and a free, each
-/// under SQLite's allocator mutex, from two threads); one value per row instead of eleven
-/// made reading a large state several times cheaper. The tables are STRICT and the columns
-/// NOT NULL, so the value is never null and its integers are integers.
-macro_rules! packed_resource {
-    () => {
-        "octet_length(step_id) || ':' || step_id || \
-         octet_length(type_name) || ':' || type_name || \
-         octet_length(external_id) || ':' || external_id || \
-         octet_length(desired) || ':' || desired || \
-         octet_length(actual) || ':' || actual || \
-         octet_length(depends_on) || ':' || depends_on || \
-         managed || ';' || pending || ';' || \
-         octet_length(sensitive) || ':' || sensitive || \
-         updated_at || ';' || \
-         ifnull(octet_length(create_key) || ':' || create_key, '-')"
-    };
+/// A column's text, borrowed from SQLite's buffer (valid until the next row).
+fn text<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r str, rusqlite::Error> {
+    row.get_ref(i)?
+        .as_str()
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+/// The workflow a deployment runs, read in the caller's transaction; `None`: no such
+/// deployment.
+fn deployment_in(conn: &Connection, deployment: &str) -> Result<Option<Option<String>>, Error> {
+    Ok(conn
+        .prepare_cached("SELECT workflow FROM deployments WHERE name = ?1")?
+        .query_row(params![deployment], |row| row.get(0))
+        .optional()?)
+}
+
+/// Calls `each` with the columns of every resource of `deployment`, in step order, read in
+/// the caller's transaction, until it answers `false`. The columns are the text SQLite lends:
+/// a record is decoded from them without copying them into a row first.
+fn for_each_resource(
+    conn: &Connection,
+    deployment: &str,
+    mut each: impl FnMut(&ResourceColumns<'_>) -> bool,
+) -> Result<(), Error> {
+    let mut statement = conn.prepare_cached(
+        "SELECT step_id, type_name, external_id, desired, actual, depends_on, managed, pending, sensitive, \
+                create_key \
+         FROM resources WHERE deployment = ?1 ORDER BY step_id",
+    )?;
+    let mut rows = statement.query(params![deployment])?;
+    while let Some(row) = rows.next()? {
+        let create_key = row.get_ref(9)?;
+        let columns = ResourceColumns {
+            deployment,
+            step_id: text(row, 0)?,
+            type_name: text(row, 1)?,
+            external_id: text(row, 2)?,
+            desired: text(row, 3)?,
+            actual: text(row, 4)?,
+            depends_on: text(row, 5)?,
+            managed: row.get(6)?,
+            pending: row.get(7)?,
+            sensitive: text(row, 8)?,
+            create_key: match create_key {
+                rusqlite::types::ValueRef::Null => None,
+                _ => Some(text(row, 9)?),
+            },
+        };
+        if !each(&columns) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// A deployment and its resources, read in the caller's transaction.
-async fn load_in(conn: &mut SqliteConnection, deployment: &str) -> Result<Option<DeploymentState>, Error> {
-    let workflow: Option<Option<String>> = sqlx::query_scalar("SELECT workflow FROM deployments WHERE name = ?1")
-        .bind(deployment)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(workflow) = workflow else {
+fn load_in(conn: &Connection, deployment: &str) -> Result<Option<DeploymentState>, Error> {
+    let Some(workflow) = deployment_in(conn, deployment)? else {
         return Ok(None);
     };
-    let packed: Vec<String> = sqlx::query_scalar(concat!(
-        "SELECT ",
-        packed_resource!(),
-        " FROM resources WHERE deployment = ?1 ORDER BY step_id"
-    ))
-    .bind(deployment)
-    .fetch_all(&mut *conn)
-    .await?;
-    let rows = packed
-        .iter()
-        .map(|p| unpack_resource(deployment, p))
-        .collect::<Result<Vec<_>, _>>()?;
-    drop(packed);
-    Ok(Some(crate::rows::deployment_state(deployment, workflow, rows)))
+    let mut state = StateBuilder::new(deployment, workflow);
+    for_each_resource(conn, deployment, |columns| {
+        state.push(columns);
+        true
+    })?;
+    Ok(Some(state.finish()))
 }
 
-/// Reads a value of [`packed_resource!`].
-fn unpack_resource(deployment: &str, packed: &str) -> Result<ResourceRow, Error> {
-    struct Cursor<'a>(&'a str);
-    impl<'a> Cursor<'a> {
-        fn text(&mut self) -> Option<&'a str> {
-            let (len, rest) = self.0.split_once(':')?;
-            let len: usize = len.parse().ok()?;
-            let text = rest.get(..len)?;
-            self.0 = rest.get(len..)?;
-            Some(text)
-        }
-        fn int(&mut self) -> Option<i64> {
-            let (digits, rest) = self.0.split_once(';')?;
-            self.0 = rest;
-            digits.parse().ok()
-        }
-        fn row(&mut self, deployment: &str) -> Option<ResourceRow> {
-            Some(ResourceRow {
-                deployment: deployment.to_owned(),
-                step_id: self.text()?.to_owned(),
-                type_name: self.text()?.to_owned(),
-                external_id: self.text()?.to_owned(),
-                desired: self.text()?.to_owned(),
-                actual: self.text()?.to_owned(),
-                depends_on: self.text()?.to_owned(),
-                managed: self.int()? != 0,
-                pending: self.int()? != 0,
-                sensitive: self.text()?.to_owned(),
-                updated_at: self.int()?,
-                create_key: match self.0.strip_prefix('-') {
-                    Some(rest) => {
-                        self.0 = rest;
-                        None
-                    }
-                    None => Some(self.text()?.to_owned()),
-                },
-            })
-        }
-    }
-    let mut cursor = Cursor(packed);
-    match cursor.row(deployment) {
-        Some(row) if cursor.0.is_empty() => Ok(row),
-        _ => Err(Error::Sqlx(sqlx::Error::Decode(
-            format!("a resource row of deployment {deployment:?} did not read back as written").into(),
-        ))),
-    }
+/// How many records [`Admin::records`] reads ahead of its consumer.
+const RECORDS_AHEAD: usize = 64;
+
+/// A [`RunRow`] from the columns of [`run_columns!`], in order.
+fn run_row(row: &rusqlite::Row<'_>) -> Result<RunRow, rusqlite::Error> {
+    Ok(RunRow {
+        id: row.get(0)?,
+        deployment: row.get(1)?,
+        workflow: row.get(2)?,
+        operation: row.get(3)?,
+        actor: row.get(4)?,
+        started_at: row.get(5)?,
+        finished_at: row.get(6)?,
+        outcome: row.get(7)?,
+        counts: row.get(8)?,
+        changes: row.get(9)?,
+        error: row.get(10)?,
+        note: row.get(11)?,
+        returns: row.get(12)?,
+    })
 }
 
 impl ImportRows {
@@ -574,31 +763,35 @@ impl ImportRows {
     }
 }
 
-impl SqliteStore {
-    async fn list_inner(&self) -> Result<Vec<DeploymentSummary>, Error> {
-        let mut tx = self.reads.begin().await?;
-        let deployments: Vec<DeploymentSummaryRow> = sqlx::query_as(
+/// Every deployment with its last run and lease, from one snapshot.
+fn list_in(conn: &Connection) -> Result<Vec<DeploymentSummary>, Error> {
+    let deployments = conn
+        .prepare_cached(
             "SELECT d.name, d.workflow, \
                     (SELECT COUNT(*) FROM resources r WHERE r.deployment = d.name) AS resources \
              FROM deployments d ORDER BY d.name",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        let last_runs: Vec<RunRow> = sqlx::query_as(concat!(
+        )?
+        .query_map([], |row| {
+            Ok(DeploymentSummaryRow {
+                name: row.get(0)?,
+                workflow: row.get(1)?,
+                resources: row.get(2)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let last_runs = conn
+        .prepare_cached(concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs WHERE id IN (SELECT MAX(id) FROM runs GROUP BY deployment)"
-        ))
-        .fetch_all(&mut *tx)
-        .await?;
-        let leases: Vec<LeaseRow> =
-            sqlx::query_as(concat!("SELECT ", lease_columns!(), " FROM leases WHERE expires > ?1"))
-                .bind(now_ms())
-                .fetch_all(&mut *tx)
-                .await?;
-        tx.commit().await?;
-        crate::rows::summaries(deployments, last_runs, leases)
-    }
+        ))?
+        .query_map([], run_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    let leases = conn
+        .prepare_cached(concat!("SELECT ", lease_columns!(), " FROM leases WHERE expires > ?1"))?
+        .query_map(params![now_ms()], lease_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    crate::rows::summaries(deployments, last_runs, leases)
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 //! backend implements every trait once; [`Store`] is all of them, what [`crate::open`] gives.
 
 use async_trait::async_trait;
+use futures::stream::BoxStream;
 use lyra_core::state::{
     ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId,
-    RunReturns, RunStart, StoreError,
+    RunReturns, RunStart, StoreError, UnreadableRecord,
 };
 
 /// A run as kept in the history.
@@ -90,6 +91,35 @@ pub struct DeploymentExport {
     pub history: Vec<RunRecord>,
 }
 
+/// One record of a deployment as [`Admin::records`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+// Handed on one at a time (a few dozen at most wait in a channel): boxing every readable
+// record would cost an allocation each for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum ReadRecord {
+    Readable(ResourceRecord),
+    /// It does not decode; the rest of the deployment still reads.
+    Unreadable(UnreadableRecord),
+}
+
+/// A deployment's records as [`Admin::records`] gives them: read one at a time, in step
+/// order, from one snapshot.
+pub struct RecordStream {
+    pub name: String,
+    pub workflow: Option<String>,
+    /// Ends early with an error if the store fails part-way; stops being read when dropped.
+    pub records: BoxStream<'static, Result<ReadRecord, StoreError>>,
+}
+
+impl std::fmt::Debug for RecordStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordStream")
+            .field("name", &self.name)
+            .field("workflow", &self.workflow)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A deployment's lease, kept in the store: the single-writer rule for runs and state edits,
 /// across processes and machines. [`crate::lease`] holds one for the length of a run.
 #[async_trait]
@@ -151,6 +181,12 @@ pub trait Admin: Send + Sync {
 
     /// A deployment's runs, newest first.
     async fn history(&self, deployment: &str) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// A deployment's records one at a time, in step order, from one snapshot: for output
+    /// written as it is read, whose memory does not grow with the deployment. `None`: no
+    /// such deployment. A failure before the first record (a dropped connection) is retried
+    /// where the backend retries reads; a failure after it ends the stream with the error.
+    async fn records(&self, deployment: &str) -> Result<Option<RecordStream>, StoreError>;
 
     /// Everything recorded about a deployment, history included, for export.
     async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError>;

@@ -13,6 +13,8 @@ macro_rules! for_each_check {
     ($backend:ident) => {
         $backend! {
             load_unknown_is_none;
+            records_stream_in_step_order;
+            records_dropped_part_way;
             begin_run_creates_deployment;
             workflow_follows_applies;
             resource_round_trip;

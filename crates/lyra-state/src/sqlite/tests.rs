@@ -97,30 +97,34 @@ async fn open_creates_parent_directories() {
     assert_eq!(store.path(), path);
 }
 
+/// The write connection's settings, as SQLite reports them.
+fn writer_pragma(store: &SqliteStore, name: &str) -> i64 {
+    store
+        .writer
+        .with_connection(|conn| conn.pragma_query_value(None, name, |row| row.get(0)))
+        .expect("open")
+        .expect(name)
+}
+
 #[tokio::test]
 async fn pragmas_are_set() {
     let f = Fixture::new().await;
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(&f.store.reads)
+    let mode: String = f
+        .store
+        .read(|conn| Ok(conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?))
         .await
         .expect("mode");
     assert_eq!(mode, "wal");
-    let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
-        .fetch_one(&f.store.reads)
-        .await
-        .expect("fk");
-    assert_eq!(fk, 1);
+    assert_eq!(writer_pragma(&f.store, "foreign_keys"), 1);
     // 1 = NORMAL.
-    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-        .fetch_one(&f.store.reads)
-        .await
-        .expect("sync");
-    assert_eq!(sync, 1);
-    let timeout: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
-        .fetch_one(&f.store.reads)
-        .await
-        .expect("busy");
-    assert_eq!(timeout, 10_000);
+    assert_eq!(writer_pragma(&f.store, "synchronous"), 1);
+    assert_eq!(writer_pragma(&f.store, "busy_timeout"), 10_000);
+    // Readers cannot write.
+    let refused = f
+        .store
+        .read(|conn| Ok(conn.execute("DELETE FROM deployments", [])?))
+        .await;
+    assert!(refused.is_err(), "a read connection wrote");
 }
 
 #[tokio::test]
@@ -133,11 +137,7 @@ async fn synchronous_full_is_applied() {
     let store = SqliteStore::open_with(&dir.path().join("s.db"), &options)
         .await
         .expect("open");
-    let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-        .fetch_one(&store.reads)
-        .await
-        .expect("sync");
-    assert_eq!(sync, 2);
+    assert_eq!(writer_pragma(&store, "synchronous"), 2);
 }
 
 #[tokio::test]
@@ -642,6 +642,76 @@ async fn upgrade_from_schema_v3() {
     assert!(refused.is_err(), "the CHECK is still there");
 }
 
+/// A file written by schema v5 (resources with a row id) upgrades in place: every record is
+/// kept as it was, and `resources` becomes one b-tree keyed by (deployment, step_id).
+#[tokio::test]
+async fn upgrade_from_schema_v5() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v5.db");
+    let mut conn = schema_at(
+        dir.path(),
+        &path,
+        &[
+            "0001_initial.sql",
+            "0002_leases_pending_notes.sql",
+            "0003_store_identity_create_keys.sql",
+            "0004_refresh_operation.sql",
+            "0005_run_returns.sql",
+        ],
+    )
+    .await;
+    sqlx::raw_sql(
+        "INSERT INTO deployments VALUES ('d', 'wf', 1, 1), ('e', NULL, 1, 1);
+         INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, depends_on,
+                                managed, updated_at, pending, sensitive, create_key)
+             VALUES ('d', 'b', 'T::T', 'x', '{\"k\":1}', '{\"k\":2}', '[\"a\"]', 1, 7, 0, '[\"k\"]', NULL),
+                    ('d', 'a', 'T::T', '', '{}', '{}', '[]', 1, 8, 1, '[]', 'key-a'),
+                    ('e', 'a', 'U::U', 'y', '{}', '{}', '[]', 0, 9, 0, '[]', NULL);",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("v5 rows");
+    conn.close().await.expect("close v5");
+
+    let store = SqliteStore::open(&path).await.expect("upgrade");
+    let state = store.load("d").await.expect("load").expect("kept");
+    let ids: Vec<&str> = state.resources.iter().map(|r| r.step_id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"], "in step order");
+    let (a, b) = (&state.resources[0], &state.resources[1]);
+    assert!(a.pending && a.managed);
+    assert_eq!(a.create_key.as_deref(), Some("key-a"));
+    assert_eq!(b.desired["k"], 1);
+    assert_eq!(b.actual["k"], 2);
+    assert_eq!(
+        (b.depends_on.as_slice(), b.sensitive.as_slice()),
+        (&["a".to_owned()][..], &["k".to_owned()][..])
+    );
+    let other = store.load("e").await.expect("load").expect("kept");
+    assert!(!other.resources[0].managed);
+    store
+        .put_resource("d", &c::resource("c"))
+        .await
+        .expect("writes after the upgrade");
+    store.drop_deployment("e").await.expect("drop");
+
+    let mut raw = raw(&path).await;
+    let sql: String = sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE name = 'resources'")
+        .fetch_one(&mut raw)
+        .await
+        .expect("schema");
+    assert!(sql.contains("WITHOUT ROWID"), "{sql}");
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM resources WHERE deployment = 'e'")
+        .fetch_one(&mut raw)
+        .await
+        .expect("count");
+    assert_eq!(left, 0, "dropping a deployment still drops its resources");
+    let check: Option<String> = sqlx::query_scalar("PRAGMA foreign_key_check")
+        .fetch_optional(&mut raw)
+        .await
+        .expect("fk check");
+    assert_eq!(check, None, "no dangling foreign key");
+}
+
 /// Every store has an id of its own, kept across opens.
 #[tokio::test]
 async fn store_ids_are_random_and_stable() {
@@ -715,9 +785,9 @@ async fn callers_giving_up_cut_no_one_else_short() {
     f.store.close().await.expect("close");
 }
 
-/// The load reads each row packed into one value (`packed_resource!`): text holding the
-/// packing's own separators, digits, multi-byte characters or nothing at all reads back
-/// exactly, with and without a create key.
+/// The load decodes each record from the column text SQLite lends it: text holding
+/// separators, digits, multi-byte characters or nothing at all reads back exactly, with and
+/// without a create key.
 #[tokio::test]
 async fn awkward_text_reads_back_exactly() {
     let f = Fixture::new().await;
@@ -746,9 +816,17 @@ async fn awkward_text_reads_back_exactly() {
     assert!(state.unreadable.is_empty());
 }
 
-#[test]
-fn a_malformed_packed_row_is_an_error() {
-    for bad in ["", "3:ab", "x:abc", "1:a1:b", "2:ab;", "1:a-"] {
-        assert!(super::unpack_resource("d", bad).is_err(), "{bad:?}");
-    }
+/// Text that is not UTF-8 (another program wrote the file) makes the load fail as corrupt,
+/// not panic.
+#[tokio::test]
+async fn a_column_of_the_wrong_type_is_corrupt() {
+    let f = Fixture::new().await;
+    f.store.put_resource("d", &c::resource("a")).await.expect("put");
+    let mut conn = raw(&f.path).await;
+    sqlx::query("UPDATE resources SET external_id = CAST(X'FF00' AS TEXT)")
+        .execute(&mut conn)
+        .await
+        .expect("plant bytes that are not UTF-8");
+    let err = f.store.load("d").await.expect_err("not UTF-8");
+    assert_eq!(err.kind, StoreErrorKind::Corrupt, "{err}");
 }

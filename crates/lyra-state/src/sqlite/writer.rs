@@ -1,21 +1,30 @@
-//! Group commit: the callers share the write connection, and one at a time commits what is
-//! queued.
+//! Group commit on the caller's thread: the callers share the write connection, and one at a
+//! time commits what is queued.
 //!
 //! The engine records each step's outcome and waits for it before starting the step's
 //! dependents, often from many steps at once. A commit per call would serialise all of them
 //! behind the disk; instead every call queues its write and waits for its answer. A caller
-//! that finds nobody committing leads: it commits what is queued (its own write, often alone)
-//! in its own task, with no hand-off to another task and back, and once answered leaves
-//! whatever queued meanwhile to a drainer task, which commits batch after batch until the
-//! queue is empty. Each batch is one `BEGIN IMMEDIATE` transaction, and its waiters are
-//! answered only after the commit, so every write is durable when its call returns. While one
-//! batch commits the next one queues up, so batches grow with the load by themselves. A batch
-//! of one single-statement write skips `BEGIN`/`COMMIT` and runs as its own autocommit
-//! transaction: in a deep chain of dependent steps that is every write.
+//! that finds nobody committing leads: it lets the callers that are ready at the same moment
+//! queue theirs (one yield to the scheduler), then commits the whole queue itself, on its own
+//! thread, as plain synchronous SQLite calls: no hand-off to a worker thread and back, which
+//! was most of the cost of a commit when a driver thread ran the statements. Once answered it
+//! leaves whatever queued meanwhile (from other threads) to a drainer task, which commits
+//! batch after batch until the queue is empty. Each batch is one `BEGIN IMMEDIATE`
+//! transaction, and its waiters are answered only after the commit, so every write is durable
+//! when its call returns. A batch of one single-statement write skips `BEGIN`/`COMMIT` and
+//! runs as its own autocommit transaction: in a deep chain of dependent steps that is every
+//! write.
 //!
-//! A leader's future may be dropped (its caller gave up): other callers' writes are therefore
-//! committed in a task of their own, never inline in a future that can vanish, and a leader
-//! that goes early hands the queue to a drainer task.
+//! The inline commit never waits for a lock: the connection's busy handler is off for it. If
+//! another process holds the database's write lock, the batch is committed again on a
+//! blocking thread that waits for the lock (up to the busy timeout), so a runtime thread is
+//! never parked on another process. A statement that met a busy database wrote nothing, so
+//! doing it again is safe.
+//!
+//! A leader's future may be dropped (its caller gave up) while it yields: a leader that goes
+//! before the queue is empty hands it to a drainer task (the [`Lead`] guard), so queued
+//! writes never lack someone to commit them. A commit that has begun always ends: it is
+//! synchronous, or runs on a blocking thread that nothing cancels.
 //!
 //! Lease operations go through the same queue: a conditional upsert inside a `BEGIN IMMEDIATE`
 //! transaction is atomic against every other process writing the file, which is what makes the
@@ -34,11 +43,11 @@
 //! gets the same error.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Duration;
 
 use lyra_core::state::RunId;
-use sqlx::error::ErrorKind as DbErrorKind;
-use sqlx::{Connection, SqliteConnection};
+use rusqlite::{Connection, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use crate::error::Error;
@@ -143,7 +152,7 @@ pub(crate) struct Writer {
 struct Inner {
     queue: Mutex<Queue>,
     /// The connection: whoever holds it commits. `None` once closed.
-    task: Arc<tokio::sync::Mutex<Option<Task>>>,
+    task: Arc<Mutex<Option<Task>>>,
 }
 
 #[derive(Default)]
@@ -155,9 +164,13 @@ struct Queue {
     closed: bool,
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Inner {
-    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        lock(&self.queue)
     }
 
     /// The next batch, or `None` (and no longer leading) when nothing is queued.
@@ -171,31 +184,39 @@ impl Inner {
         Some(q.jobs.drain(..n).collect())
     }
 
-    /// Commits `jobs`: here when `inline` (the caller's own job alone, or a drainer task),
-    /// else in a task of their own, so that the caller giving up (its future dropped) cannot
-    /// cut other callers' batch short.
-    async fn commit(self: &Arc<Self>, jobs: Vec<Job>, inline: bool) {
-        let mut task = Arc::clone(&self.task).lock_owned().await;
-        if inline {
-            if let Some(task) = task.as_mut() {
-                task.commit(jobs).await;
-            }
+    /// Commits `jobs` and answers them: here, on this thread, unless that would wait (another
+    /// process holds the write lock, or a commit that did wait still holds the connection);
+    /// then on a blocking thread, which waits as long as the busy timeout allows.
+    async fn commit(&self, jobs: Vec<Job>) {
+        let Some(jobs) = self.commit_here(jobs) else {
             return;
-        }
-        let batch = tokio::spawn(async move {
-            // Closed meanwhile: the jobs are dropped, and their callers told so.
-            if let Some(task) = task.as_mut() {
-                task.commit(jobs).await;
+        };
+        let task = Arc::clone(&self.task);
+        let waited = tokio::task::spawn_blocking(move || {
+            if let Some(task) = lock(&task).as_mut() {
+                task.commit(jobs, Wait::Yes);
             }
         });
-        let _ = batch.await;
+        // A caller that gives up leaves the commit running; it answers its waiters itself.
+        let _ = waited.await;
+    }
+
+    /// The inline half of [`Inner::commit`]: the jobs back if they must wait.
+    fn commit_here(&self, jobs: Vec<Job>) -> Option<Vec<Job>> {
+        let mut task = match self.task.try_lock() {
+            Ok(task) => task,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return Some(jobs),
+        };
+        // Closed meanwhile: the jobs are dropped, and their callers told so.
+        task.as_mut()?.commit(jobs, Wait::No)
     }
 
     /// Commits until nothing is queued (a drainer task's whole life).
     async fn drain(self: Arc<Self>) {
         let mut lead = Lead::new(&self);
         while let Some(jobs) = self.next_batch() {
-            self.commit(jobs, true).await;
+            self.commit(jobs).await;
         }
         lead.done();
     }
@@ -247,12 +268,14 @@ impl Drop for Lead {
 }
 
 impl Writer {
-    pub fn new(conn: SqliteConnection) -> Writer {
+    pub fn new(conn: Connection, busy_timeout: Duration) -> Writer {
         Writer {
             inner: Arc::new(Inner {
                 queue: Mutex::default(),
-                task: Arc::new(tokio::sync::Mutex::new(Some(Task {
+                task: Arc::new(Mutex::new(Some(Task {
                     conn,
+                    busy_timeout,
+                    waits: true,
                     known: HashSet::new(),
                 }))),
             }),
@@ -279,9 +302,9 @@ impl Writer {
         let mut answered = None;
         if lead {
             let mut guard = Lead::new(&self.inner);
-            // Nobody was leading, so the queue held nothing before this job: a first batch of
-            // one is this caller's own.
-            let mut first = true;
+            // Whoever else is ready to write now (the engine's other steps, polled in the
+            // same pass) queues behind this job and shares its commit.
+            tokio::task::yield_now().await;
             // Until answered: then whatever else is queued is left to a drainer task (the
             // guard's drop), and this caller goes on with its own work.
             loop {
@@ -297,9 +320,7 @@ impl Writer {
                     guard.done();
                     break;
                 };
-                let own = first && jobs.len() == 1;
-                first = false;
-                self.inner.commit(jobs, own).await;
+                self.inner.commit(jobs).await;
             }
             if self.inner.stop_if_idle() {
                 guard.done();
@@ -318,30 +339,55 @@ impl Writer {
         }
     }
 
+    /// Runs `f` on the write connection (tests look at its settings).
+    #[cfg(test)]
+    pub fn with_connection<T>(&self, f: impl FnOnce(&Connection) -> T) -> Option<T> {
+        lock(&self.inner.task).as_ref().map(|task| f(&task.conn))
+    }
+
     /// Stops accepting writes, commits the queued ones and closes the connection.
     pub async fn close(&self) -> Result<(), Error> {
-        let mut left = {
+        let left = {
             let mut q = self.inner.queue();
             q.closed = true;
             std::mem::take(&mut q.jobs)
         };
-        // Waits for a batch being committed.
-        let Some(mut task) = self.inner.task.lock().await.take() else {
-            return Ok(());
-        };
-        // Queued by callers that gave up waiting: still committed, as they would have been.
-        while !left.is_empty() {
-            let rest = left.split_off(left.len().min(MAX_BATCH));
-            task.commit(left).await;
-            left = rest;
-        }
-        task.conn.close().await.map_err(Error::Sqlx)
+        let task = Arc::clone(&self.inner.task);
+        // On a blocking thread: it waits for a batch being committed, and closing checkpoints
+        // the WAL into the database.
+        tokio::task::spawn_blocking(move || {
+            let Some(mut task) = lock(&task).take() else {
+                return Ok(());
+            };
+            // Queued by callers that gave up waiting: still committed, as they would have been.
+            let mut left = left;
+            while !left.is_empty() {
+                let rest = left.split_off(left.len().min(MAX_BATCH));
+                task.commit(left, Wait::Yes);
+                left = rest;
+            }
+            task.conn.close().map_err(|(_, e)| Error::Sqlite(e))
+        })
+        .await
+        .map_err(|_| Error::Closed)?
     }
+}
+
+/// Whether a commit may wait for another process's write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Busy: give the batch back untouched.
+    No,
+    /// Up to the busy timeout.
+    Yes,
 }
 
 /// The leader's state: the connection, and the deployments known to exist.
 struct Task {
-    conn: SqliteConnection,
+    conn: Connection,
+    busy_timeout: Duration,
+    /// Whether the connection's busy handler is on now.
+    waits: bool,
     /// Deployments seen committed, so puts into them need not make sure they exist again: a
     /// lone put is then a single autocommit statement. Another process may drop one
     /// meanwhile; the put then fails its foreign key, and the batch is retried without
@@ -350,55 +396,77 @@ struct Task {
 }
 
 impl Task {
-    /// Writes and commits `jobs`, and answers each.
-    async fn commit(&mut self, jobs: Vec<Job>) {
+    /// Writes and commits `jobs`, and answers each; or, when `wait` is [`Wait::No`] and the
+    /// database is busy, gives them back unanswered and unwritten.
+    fn commit(&mut self, jobs: Vec<Job>, wait: Wait) -> Option<Vec<Job>> {
         if jobs.is_empty() {
-            return;
+            return None;
         }
-        let mut written = self.write_batch(&jobs).await;
+        let waits = wait == Wait::Yes;
+        if self.waits != waits {
+            let timeout = if waits { self.busy_timeout } else { Duration::ZERO };
+            if let Err(e) = self.conn.busy_timeout(timeout) {
+                answer_all(jobs, e);
+                return None;
+            }
+            self.waits = waits;
+        }
+        let mut written = self.write_batch(&jobs);
         if matches!(&written, Err(e) if is_foreign_key_violation(e)) && !self.known.is_empty() {
             self.known.clear();
-            written = self.write_batch(&jobs).await;
+            written = self.write_batch(&jobs);
         }
         match written {
+            Err(e) if !waits && is_busy(&e) => Some(jobs),
             Ok(results) => {
                 for (job, result) in jobs.into_iter().zip(results) {
                     // A waiter that gave up is fine: its write is committed anyway.
                     let _ = job.reply.send(result.map_err(Arc::new));
                 }
+                None
             }
             Err(e) => {
-                let e = Arc::new(Error::Sqlx(e));
-                for job in jobs {
-                    let _ = job.reply.send(Err(Arc::clone(&e)));
-                }
+                answer_all(jobs, e);
+                None
             }
         }
     }
 }
 
-fn is_foreign_key_violation(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .is_some_and(|db| db.kind() == DbErrorKind::ForeignKeyViolation)
+/// Fails every job of a batch with the one error.
+fn answer_all(jobs: Vec<Job>, e: rusqlite::Error) {
+    let e = Arc::new(Error::Sqlite(e));
+    for job in jobs {
+        let _ = job.reply.send(Err(Arc::clone(&e)));
+    }
+}
+
+fn is_foreign_key_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY)
+}
+
+/// `SQLITE_BUSY` in any of its forms: another connection holds the lock; nothing was written.
+pub(super) fn is_busy(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
 }
 
 impl Task {
     /// Writes `jobs` and commits them. The outer error fails the whole batch (rolled back when
     /// the transaction is dropped); the inner ones belong to single jobs.
-    async fn write_batch(&mut self, jobs: &[Job]) -> Result<Vec<Result<Done, Error>>, sqlx::Error> {
-        // A lone single-statement write is its own transaction: no BEGIN/COMMIT round trips.
+    fn write_batch(&mut self, jobs: &[Job]) -> Result<Vec<Result<Done, Error>>, rusqlite::Error> {
+        // A lone single-statement write is its own transaction: no BEGIN/COMMIT.
         // This is the deep-chain case, where each write waits for the previous one.
         if let [job] = jobs
             && job.op.is_single_statement()
             && (job.fence.is_none() || job.op.checks_fence())
             && !matches!(&job.op, Op::Put(row) if !self.known.contains(&row.deployment))
         {
-            return Ok(vec![apply(&mut self.conn, &job.op, job.fence.as_ref()).await?]);
+            return Ok(vec![apply(&self.conn, &job.op, job.fence.as_ref())?]);
         }
 
-        // IMMEDIATE takes the write lock up front, waiting (busy timeout) for another process
-        // rather than failing half-way through the batch.
-        let mut tx = self.conn.begin_with("BEGIN IMMEDIATE").await?;
+        // IMMEDIATE takes the write lock up front (or meets a busy database before writing
+        // anything), rather than failing half-way through the batch.
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Whether each deployment this batch touched exists now, where that differs from
         // what `known` says.
         let mut exists: HashMap<&str, bool> = HashMap::new();
@@ -415,7 +483,7 @@ impl Task {
             };
             if let Some(fence) = &job.fence
                 && (!job.op.checks_fence() || makes_deployment)
-                && !holds(&mut tx, fence).await?
+                && !holds(&tx, fence)?
             {
                 results.push(Err(Error::LeaseLost(fence.deployment.clone())));
                 continue;
@@ -424,14 +492,11 @@ impl Task {
                 Op::Put(row) => {
                     let deployment = row.deployment.as_str();
                     if makes_deployment {
-                        sqlx::query(
+                        tx.prepare_cached(
                             "INSERT INTO deployments (name, workflow, created_at, updated_at) \
                              VALUES (?1, NULL, ?2, ?2) ON CONFLICT (name) DO NOTHING",
-                        )
-                        .bind(deployment)
-                        .bind(now_ms())
-                        .execute(&mut *tx)
-                        .await?;
+                        )?
+                        .execute(params![deployment, now_ms()])?;
                         exists.insert(deployment, true);
                     }
                 }
@@ -446,9 +511,9 @@ impl Task {
                 }
                 _ => {}
             }
-            results.push(apply(&mut tx, &job.op, job.fence.as_ref()).await?);
+            results.push(apply(&tx, &job.op, job.fence.as_ref())?);
         }
-        tx.commit().await?;
+        tx.commit()?;
 
         // Only now, committed, is this what exists.
         for (deployment, present) in exists {
@@ -467,13 +532,9 @@ impl Task {
 /// Whether `fence` is the deployment's lease now. Expiry is not checked: an expired lease
 /// nobody took yet is still the holder's (its renewal would succeed), and whoever takes it
 /// replaces the token under the same write lock.
-async fn holds(conn: &mut SqliteConnection, fence: &Fence) -> Result<bool, sqlx::Error> {
-    let held: Option<i64> = sqlx::query_scalar("SELECT 1 FROM leases WHERE deployment = ?1 AND token = ?2")
-        .bind(&fence.deployment)
-        .bind(&fence.token)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(held.is_some())
+fn holds(conn: &Connection, fence: &Fence) -> Result<bool, rusqlite::Error> {
+    conn.prepare_cached("SELECT 1 FROM leases WHERE deployment = ?1 AND token = ?2")?
+        .exists(params![fence.deployment, fence.token])
 }
 
 /// The lease condition of a write made in one statement: no token (`NULL`), or the
@@ -508,43 +569,57 @@ const PUT_RESOURCE: &str = concat!(
 );
 
 /// Writes `row`, if `token` (when given) is still its deployment's lease: whether it did.
-async fn put(conn: &mut SqliteConnection, row: &ResourceRow, token: Option<&str>) -> Result<bool, sqlx::Error> {
-    let written = sqlx::query(PUT_RESOURCE)
-        .bind(&row.deployment)
-        .bind(&row.step_id)
-        .bind(&row.type_name)
-        .bind(&row.external_id)
-        .bind(&row.desired)
-        .bind(&row.actual)
-        .bind(&row.depends_on)
-        .bind(row.managed)
-        .bind(row.pending)
-        .bind(&row.sensitive)
-        .bind(row.updated_at)
-        .bind(&row.create_key)
-        .bind(token)
-        .execute(&mut *conn)
-        .await?;
-    Ok(written.rows_affected() > 0)
+fn put(conn: &Connection, row: &ResourceRow, token: Option<&str>) -> Result<bool, rusqlite::Error> {
+    let written = conn.prepare_cached(PUT_RESOURCE)?.execute(params![
+        row.deployment,
+        row.step_id,
+        row.type_name,
+        row.external_id,
+        row.desired,
+        row.actual,
+        row.depends_on,
+        row.managed,
+        row.pending,
+        row.sensitive,
+        row.updated_at,
+        row.create_key,
+        token,
+    ])?;
+    Ok(written > 0)
 }
 
-/// Runs a statement returning at most one lease row. `fetch_all` rather than
-/// `fetch_optional`: the statement is stepped to its end, so an autocommit write is committed
-/// (and its lock released) before this returns.
-async fn fetch_lease<'q>(
-    conn: &mut SqliteConnection,
-    query: sqlx::query::QueryAs<'q, sqlx::Sqlite, LeaseRow, sqlx::sqlite::SqliteArguments>,
-) -> Result<Option<LeaseRow>, sqlx::Error> {
-    Ok(query.fetch_all(&mut *conn).await?.pop())
+/// Runs a statement returning at most one lease row, stepped to its end, so an autocommit
+/// write is committed (and its lock released) before this returns.
+fn fetch_lease(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Option<LeaseRow>, rusqlite::Error> {
+    let mut statement = conn.prepare_cached(sql)?;
+    let mut rows = statement.query_map(params, lease_row)?;
+    let first = rows.next().transpose()?;
+    // Drives the statement to completion (RETURNING rows come out one at a time).
+    for row in rows {
+        row?;
+    }
+    Ok(first)
+}
+
+/// A [`LeaseRow`] from the columns of [`lease_columns!`], in order.
+pub(super) fn lease_row(row: &rusqlite::Row<'_>) -> Result<LeaseRow, rusqlite::Error> {
+    Ok(LeaseRow {
+        deployment: row.get(0)?,
+        owner: row.get(1)?,
+        operation: row.get(2)?,
+        token: row.get(3)?,
+        since: row.get(4)?,
+        expires: row.get(5)?,
+    })
 }
 
 /// Makes one write. Those that [`Op::checks_fence`] make it only under `fence`; the caller
 /// has checked it for the others.
-async fn apply(
-    conn: &mut SqliteConnection,
-    op: &Op,
-    fence: Option<&Fence>,
-) -> Result<Result<Done, Error>, sqlx::Error> {
+fn apply(conn: &Connection, op: &Op, fence: Option<&Fence>) -> Result<Result<Done, Error>, rusqlite::Error> {
     let token = fence.map(|f| f.token.as_str());
     let lost = || {
         Ok(Err(Error::LeaseLost(
@@ -559,94 +634,87 @@ async fn apply(
             } else {
                 None
             };
-            sqlx::query(
+            conn.prepare_cached(
                 "INSERT INTO deployments (name, workflow, created_at, updated_at) \
                  VALUES (?1, ?2, ?3, ?3) \
                  ON CONFLICT (name) DO UPDATE \
                  SET workflow = COALESCE(?4, workflow), updated_at = excluded.updated_at",
-            )
-            .bind(&run.deployment)
-            .bind(&run.workflow)
-            .bind(run.started_at)
-            .bind(applied_workflow)
-            .execute(&mut *conn)
-            .await?;
-            let inserted = sqlx::query(
+            )?
+            .execute(params![run.deployment, run.workflow, run.started_at, applied_workflow])?;
+            conn.prepare_cached(
                 "INSERT INTO runs (deployment, workflow, operation, actor, started_at, counts, changes) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .bind(&run.deployment)
-            .bind(&run.workflow)
-            .bind(&run.operation)
-            .bind(&run.actor)
-            .bind(run.started_at)
-            .bind(&run.counts)
-            .bind(&run.changes)
-            .execute(&mut *conn)
-            .await?;
-            Ok(Ok(Done::Run(inserted.last_insert_rowid())))
+            )?
+            .execute(params![
+                run.deployment,
+                run.workflow,
+                run.operation,
+                run.actor,
+                run.started_at,
+                run.counts,
+                run.changes
+            ])?;
+            Ok(Ok(Done::Run(conn.last_insert_rowid())))
         }
         Op::Put(row) => {
-            if !put(conn, row, token).await? {
+            if !put(conn, row, token)? {
                 return lost();
             }
             Ok(Ok(Done::Unit))
         }
         Op::Remove { deployment, step_id } => {
-            let removed = sqlx::query(concat!(
-                "DELETE FROM resources WHERE deployment = ?1 AND step_id = ?2 AND ",
-                fenced!("?1", "?3")
-            ))
-            .bind(deployment)
-            .bind(step_id)
-            .bind(token)
-            .execute(&mut *conn)
-            .await?;
+            let removed = conn
+                .prepare_cached(concat!(
+                    "DELETE FROM resources WHERE deployment = ?1 AND step_id = ?2 AND ",
+                    fenced!("?1", "?3")
+                ))?
+                .execute(params![deployment, step_id, token])?;
             // Nothing removed: there was nothing to, or the lease is gone. Either way nothing
             // was written; only the answer differs.
-            if removed.rows_affected() == 0
+            if removed == 0
                 && let Some(fence) = fence
-                && !holds(conn, fence).await?
+                && !holds(conn, fence)?
             {
                 return lost();
             }
             Ok(Ok(Done::Unit))
         }
         Op::FinishRun(end) => {
-            let updated = sqlx::query(concat!(
-                "UPDATE runs SET finished_at = ?2, outcome = ?3, counts = ?4, changes = ?5, \
-                                 error = ?6, note = ?7, returns = ?8 \
-                 WHERE id = ?1 AND finished_at IS NULL AND ",
-                fenced!("?9", "?10")
-            ))
-            .bind(end.id)
-            .bind(end.finished_at)
-            .bind(end.outcome)
-            .bind(&end.counts)
-            .bind(&end.changes)
-            .bind(&end.error)
-            .bind(&end.note)
-            .bind(&end.returns)
-            .bind(fence.map(|f| f.deployment.as_str()))
-            .bind(token)
-            .execute(&mut *conn)
-            .await?;
-            if updated.rows_affected() == 1 {
+            let updated = conn
+                .prepare_cached(concat!(
+                    "UPDATE runs SET finished_at = ?2, outcome = ?3, counts = ?4, changes = ?5, \
+                                     error = ?6, note = ?7, returns = ?8 \
+                     WHERE id = ?1 AND finished_at IS NULL AND ",
+                    fenced!("?9", "?10")
+                ))?
+                .execute(params![
+                    end.id,
+                    end.finished_at,
+                    end.outcome,
+                    end.counts,
+                    end.changes,
+                    end.error,
+                    end.note,
+                    end.returns,
+                    fence.map(|f| f.deployment.as_str()),
+                    token
+                ])?;
+            if updated == 1 {
                 return Ok(Ok(Done::Unit));
             }
             if let Some(fence) = fence
-                && !holds(conn, fence).await?
+                && !holds(conn, fence)?
             {
                 return lost();
             }
             // Nothing was written, so this job fails alone and the batch goes on.
-            let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = ?1")
-                .bind(end.id)
-                .fetch_optional(&mut *conn)
-                .await?;
-            Ok(Err(match exists {
-                Some(_) => Error::RunAlreadyFinished(end.id),
-                None => Error::UnknownRun(end.id),
+            let exists = conn
+                .prepare_cached("SELECT 1 FROM runs WHERE id = ?1")?
+                .exists(params![end.id])?;
+            Ok(Err(if exists {
+                Error::RunAlreadyFinished(end.id)
+            } else {
+                Error::UnknownRun(end.id)
             }))
         }
         Op::AcquireLease { lease, ttl_ms } => {
@@ -654,7 +722,7 @@ async fn apply(
             // Taken when free, expired, or ours already (a renewal keeps `since`).
             let taken = fetch_lease(
                 conn,
-                sqlx::query_as(concat!(
+                concat!(
                     "INSERT INTO leases (deployment, owner, operation, token, since, expires) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
                      ON CONFLICT (deployment) DO UPDATE SET \
@@ -665,27 +733,27 @@ async fn apply(
                      WHERE leases.token = excluded.token OR leases.expires <= excluded.since \
                      RETURNING ",
                     lease_columns!()
-                ))
-                .bind(&lease.deployment)
-                .bind(&lease.owner)
-                .bind(&lease.operation)
-                .bind(&lease.token)
-                .bind(now)
-                .bind(now.saturating_add(*ttl_ms)),
-            )
-            .await?;
+                ),
+                params![
+                    lease.deployment,
+                    lease.owner,
+                    lease.operation,
+                    lease.token,
+                    now,
+                    now.saturating_add(*ttl_ms)
+                ],
+            )?;
             if let Some(lease) = taken {
                 return Ok(Ok(Done::Grant { acquired: true, lease }));
             }
             // Inside this IMMEDIATE transaction, the holder cannot have gone meanwhile.
-            let holder: LeaseRow = sqlx::query_as(concat!(
-                "SELECT ",
-                lease_columns!(),
-                " FROM leases WHERE deployment = ?1"
-            ))
-            .bind(&lease.deployment)
-            .fetch_one(&mut *conn)
-            .await?;
+            let holder = conn
+                .prepare_cached(concat!(
+                    "SELECT ",
+                    lease_columns!(),
+                    " FROM leases WHERE deployment = ?1"
+                ))?
+                .query_row(params![lease.deployment], lease_row)?;
             Ok(Ok(Done::Grant {
                 acquired: false,
                 lease: holder,
@@ -698,94 +766,74 @@ async fn apply(
         } => {
             let renewed = fetch_lease(
                 conn,
-                sqlx::query_as(concat!(
+                concat!(
                     "UPDATE leases SET expires = ?3 WHERE deployment = ?1 AND token = ?2 RETURNING ",
                     lease_columns!()
-                ))
-                .bind(deployment)
-                .bind(token)
-                .bind(now_ms().saturating_add(*ttl_ms)),
-            )
-            .await?;
+                ),
+                params![deployment, token, now_ms().saturating_add(*ttl_ms)],
+            )?;
             Ok(Ok(Done::Lease(renewed)))
         }
         Op::ReleaseLease { deployment, token } => {
-            let released = sqlx::query("DELETE FROM leases WHERE deployment = ?1 AND token = ?2")
-                .bind(deployment)
-                .bind(token)
-                .execute(&mut *conn)
-                .await?;
-            Ok(Ok(Done::Existed(released.rows_affected() > 0)))
+            let released = conn
+                .prepare_cached("DELETE FROM leases WHERE deployment = ?1 AND token = ?2")?
+                .execute(params![deployment, token])?;
+            Ok(Ok(Done::Existed(released > 0)))
         }
         Op::BreakLease { deployment } => {
             let broken = fetch_lease(
                 conn,
-                sqlx::query_as(concat!(
-                    "DELETE FROM leases WHERE deployment = ?1 RETURNING ",
-                    lease_columns!()
-                ))
-                .bind(deployment),
-            )
-            .await?;
+                concat!("DELETE FROM leases WHERE deployment = ?1 RETURNING ", lease_columns!()),
+                params![deployment],
+            )?;
             Ok(Ok(Done::Lease(broken)))
         }
         Op::Import(import) => {
             let now = now_ms();
-            sqlx::query(
+            conn.prepare_cached(
                 "INSERT INTO deployments (name, workflow, created_at, updated_at) VALUES (?1, ?2, ?3, ?3) \
                  ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, \
                                                   updated_at = excluded.updated_at",
-            )
-            .bind(&import.deployment)
-            .bind(&import.workflow)
-            .bind(now)
-            .execute(&mut *conn)
-            .await?;
-            sqlx::query("DELETE FROM resources WHERE deployment = ?1")
-                .bind(&import.deployment)
-                .execute(&mut *conn)
-                .await?;
+            )?
+            .execute(params![import.deployment, import.workflow, now])?;
+            conn.prepare_cached("DELETE FROM resources WHERE deployment = ?1")?
+                .execute(params![import.deployment])?;
             for row in &import.resources {
-                put(conn, row, None).await?;
+                put(conn, row, None)?;
             }
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, \
+                                   outcome, counts, changes, error, note, returns) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?;
             for run in &import.runs {
-                sqlx::query(
-                    "INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, \
-                                       outcome, counts, changes, error, note, returns) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-                )
-                .bind(&run.deployment)
-                .bind(&run.workflow)
-                .bind(&run.operation)
-                .bind(&run.actor)
-                .bind(run.started_at)
-                .bind(run.finished_at)
-                .bind(&run.outcome)
-                .bind(&run.counts)
-                .bind(&run.changes)
-                .bind(&run.error)
-                .bind(&run.note)
-                .bind(&run.returns)
-                .execute(&mut *conn)
-                .await?;
+                insert.execute(params![
+                    run.deployment,
+                    run.workflow,
+                    run.operation,
+                    run.actor,
+                    run.started_at,
+                    run.finished_at,
+                    run.outcome,
+                    run.counts,
+                    run.changes,
+                    run.error,
+                    run.note,
+                    run.returns
+                ])?;
             }
             Ok(Ok(Done::Unit))
         }
         Op::Drop { deployment } => {
-            sqlx::query("DELETE FROM leases WHERE deployment = ?1")
-                .bind(deployment)
-                .execute(&mut *conn)
-                .await?;
-            sqlx::query("DELETE FROM runs WHERE deployment = ?1")
-                .bind(deployment)
-                .execute(&mut *conn)
-                .await?;
+            conn.prepare_cached("DELETE FROM leases WHERE deployment = ?1")?
+                .execute(params![deployment])?;
+            conn.prepare_cached("DELETE FROM runs WHERE deployment = ?1")?
+                .execute(params![deployment])?;
             // Resources go with it (ON DELETE CASCADE).
-            let dropped = sqlx::query("DELETE FROM deployments WHERE name = ?1")
-                .bind(deployment)
-                .execute(&mut *conn)
-                .await?;
-            Ok(Ok(Done::Existed(dropped.rows_affected() > 0)))
+            let dropped = conn
+                .prepare_cached("DELETE FROM deployments WHERE name = ?1")?
+                .execute(params![deployment])?;
+            Ok(Ok(Done::Existed(dropped > 0)))
         }
     }
 }
