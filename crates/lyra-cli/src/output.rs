@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use lyra_core::diag::{Diagnostics, Sources};
 use lyra_core::report::{Action, AttrChange, Mode, Report, Status, StepReport};
-use lyra_core::state::{ChangeCounts, DeploymentState, ResourceRecord, UnreadableRecord};
+use lyra_core::state::{ChangeCounts, ResourceRecord, UnreadableRecord};
 use lyra_core::value::{Map, Value, short};
 use lyra_state::{DeploymentSummary, Lease, RunRecord};
 use serde::Serialize;
@@ -474,17 +474,6 @@ pub fn summary_json(d: &DeploymentSummary) -> DeploymentJson<'_> {
     }
 }
 
-/// `lyra state show -o json`: a stable shape for scripts.
-#[derive(Serialize)]
-pub struct StateJson<'a> {
-    pub deployment: &'a str,
-    pub workflow: Option<&'a str>,
-    pub lease: Option<LeaseJson<'a>>,
-    pub resources: Vec<ResourceJson<'a>>,
-    /// Records the store cannot decode (see `lyra state rm`).
-    pub unreadable: Vec<UnreadableJson<'a>>,
-}
-
 #[derive(Serialize)]
 pub struct UnreadableJson<'a> {
     pub step: &'a str,
@@ -520,31 +509,111 @@ impl Serialize for Masked<'_> {
     }
 }
 
-/// The state as `lyra state show` prints it; `shown` gives a record's actual state with its
-/// secrets masked.
-pub fn state_json<'a>(
-    d: &'a DeploymentState,
-    lease: Option<&'a Lease>,
-    shown: &'a dyn Fn(&ResourceRecord) -> Map,
-) -> StateJson<'a> {
-    StateJson {
-        deployment: &d.name,
-        workflow: d.workflow.as_deref(),
-        lease: lease.map(lease_json),
-        resources: d
-            .resources
-            .iter()
-            .map(|r| ResourceJson {
-                step: &r.step_id,
-                type_name: &r.type_name,
-                external_id: &r.external_id,
-                state: Masked { record: r, shown },
-                managed: r.managed,
-                pending: r.pending,
-                depends_on: &r.depends_on,
-            })
-            .collect(),
-        unreadable: d.unreadable.iter().map(unreadable_json).collect(),
+/// `lyra state show -o json`, a stable shape for scripts: `deployment`, `workflow`, `lease`,
+/// `resources` and `unreadable` (records the store cannot decode, see `lyra state rm`). The
+/// records are read one at a time: each resource is written as `next` gives it, so the output of a deployment of
+/// any size goes through memory one record at a time. Unreadable records come in their
+/// place among the others and are listed after them. `next` failing ends the document
+/// early: serialising fails, and [`StreamedStateJson::failure`] says why.
+pub struct StreamedStateJson<'a, F> {
+    pub deployment: &'a str,
+    pub workflow: Option<&'a str>,
+    pub lease: Option<LeaseJson<'a>>,
+    pub shown: &'a dyn Fn(&ResourceRecord) -> Map,
+    next: std::cell::RefCell<F>,
+    unreadable: std::cell::RefCell<Vec<UnreadableRecord>>,
+    failure: std::cell::RefCell<Option<lyra_core::state::StoreError>>,
+}
+
+impl<'a, F> StreamedStateJson<'a, F>
+where
+    F: FnMut() -> Option<Result<lyra_state::ReadRecord, lyra_core::state::StoreError>>,
+{
+    pub fn new(
+        deployment: &'a str,
+        workflow: Option<&'a str>,
+        lease: Option<&'a Lease>,
+        shown: &'a dyn Fn(&ResourceRecord) -> Map,
+        next: F,
+    ) -> Self {
+        StreamedStateJson {
+            deployment,
+            workflow,
+            lease: lease.map(lease_json),
+            shown,
+            next: std::cell::RefCell::new(next),
+            unreadable: std::cell::RefCell::default(),
+            failure: std::cell::RefCell::default(),
+        }
+    }
+
+    /// The records that could not be read, once the document is written.
+    pub fn unreadable(&self) -> Vec<UnreadableRecord> {
+        self.unreadable.take()
+    }
+
+    /// Why reading stopped part-way, if it did.
+    pub fn failure(&self) -> Option<lyra_core::state::StoreError> {
+        self.failure.take()
+    }
+}
+
+impl<F> Serialize for StreamedStateJson<'_, F>
+where
+    F: FnMut() -> Option<Result<lyra_state::ReadRecord, lyra_core::state::StoreError>>,
+{
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut doc = s.serialize_struct("StateJson", 5)?;
+        doc.serialize_field("deployment", self.deployment)?;
+        doc.serialize_field("workflow", &self.workflow)?;
+        doc.serialize_field("lease", &self.lease)?;
+        doc.serialize_field("resources", &StreamedResources(self))?;
+        let unreadable = self.unreadable.borrow();
+        let unreadable: Vec<UnreadableJson<'_>> = unreadable.iter().map(unreadable_json).collect();
+        doc.serialize_field("unreadable", &unreadable)?;
+        doc.end()
+    }
+}
+
+struct StreamedResources<'s, 'a, F>(&'s StreamedStateJson<'a, F>);
+
+impl<F> Serialize for StreamedResources<'_, '_, F>
+where
+    F: FnMut() -> Option<Result<lyra_state::ReadRecord, lyra_core::state::StoreError>>,
+{
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeSeq as _};
+        let doc = self.0;
+        let mut seq = s.serialize_seq(None)?;
+        loop {
+            let next = (doc.next.borrow_mut())();
+            match next {
+                None => break,
+                Some(Ok(lyra_state::ReadRecord::Readable(r))) => {
+                    seq.serialize_element(&resource_json(&r, doc.shown))?
+                }
+                Some(Ok(lyra_state::ReadRecord::Unreadable(u))) => doc.unreadable.borrow_mut().push(u),
+                Some(Err(e)) => {
+                    let message = e.message.clone();
+                    *doc.failure.borrow_mut() = Some(e);
+                    return Err(S::Error::custom(message));
+                }
+            }
+        }
+        seq.end()
+    }
+}
+
+fn resource_json<'a>(r: &'a ResourceRecord, shown: &'a dyn Fn(&ResourceRecord) -> Map) -> ResourceJson<'a> {
+    ResourceJson {
+        step: &r.step_id,
+        type_name: &r.type_name,
+        external_id: &r.external_id,
+        state: Masked { record: r, shown },
+        managed: r.managed,
+        pending: r.pending,
+        depends_on: &r.depends_on,
     }
 }
 
@@ -585,6 +654,63 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(step: &str) -> ResourceRecord {
+        ResourceRecord {
+            step_id: step.to_owned(),
+            type_name: "T::T".to_owned(),
+            external_id: format!("x-{step}"),
+            desired: Map::new(),
+            actual: Map::new(),
+            depends_on: vec![],
+            managed: true,
+            pending: false,
+            sensitive: vec![],
+            create_key: None,
+        }
+    }
+
+    /// Records come in as they are read: readable ones are written in order, unreadable ones
+    /// listed after them; a failure part-way cuts the document short and says why.
+    #[test]
+    fn a_streamed_state_is_written_as_read() {
+        use lyra_core::state::{StoreError, StoreErrorKind};
+        use lyra_state::ReadRecord;
+        let shown = |r: &ResourceRecord| r.actual.clone();
+        let bad = UnreadableRecord {
+            step_id: "b".into(),
+            type_name: "T::T".into(),
+            error: "corrupt".into(),
+        };
+        let mut items = vec![
+            Ok(ReadRecord::Readable(record("a"))),
+            Ok(ReadRecord::Unreadable(bad.clone())),
+            Ok(ReadRecord::Readable(record("c"))),
+        ]
+        .into_iter();
+        let doc = StreamedStateJson::new("d", Some("wf"), None, &shown, || items.next());
+        let text = serde_json::to_string(&doc).expect("written");
+        let value: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(value["resources"][0]["step"], "a");
+        assert_eq!(value["resources"][1]["step"], "c");
+        assert_eq!(value["unreadable"][0]["step"], "b");
+        assert_eq!(doc.unreadable(), vec![bad]);
+        assert!(doc.failure().is_none());
+
+        let mut items = vec![
+            Ok(ReadRecord::Readable(record("a"))),
+            Err(StoreError::new(StoreErrorKind::Unavailable, "the server went away")),
+            Ok(ReadRecord::Readable(record("never"))),
+        ]
+        .into_iter();
+        let doc = StreamedStateJson::new("d", None, None, &shown, || items.next());
+        let mut out = Vec::new();
+        assert!(serde_json::to_writer(&mut out, &doc).is_err(), "cut short");
+        let out = String::from_utf8(out).expect("text");
+        assert!(out.contains("\"step\":\"a\"") && !out.contains("never"), "{out}");
+        let failure = doc.failure().expect("why");
+        assert_eq!(failure.kind, StoreErrorKind::Unavailable);
+    }
 
     #[test]
     fn formats_times() {

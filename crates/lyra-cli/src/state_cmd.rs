@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use futures::StreamExt as _;
 use lyra_core::state::{ResourceRecord, StoreError, UnreadableRecord};
 use lyra_providers::{ProvidersConfig, builtin};
 use lyra_state::admin::{self, AdminError};
-use lyra_state::{DeploymentExport, Store};
+use lyra_state::{DeploymentExport, RecordStream, Store};
 
 use crate::args::{self, Output};
 use crate::exit::{Exit, kind};
@@ -64,19 +65,15 @@ pub async fn list(a: &args::StateArgs, out: Output) -> Result<(), Exit> {
 pub async fn show(a: &args::StateShowArgs, out: Output) -> Result<(), Exit> {
     let url = a.state.state.as_deref();
     let store = open_existing(url).await?;
+    if out == Output::Json {
+        return show_json(store, &a.deployment, url).await;
+    }
     let Some(state) = store.load(&a.deployment).await.map_err(state_error)? else {
         return Err(unknown_deployment(store.as_ref(), &a.deployment, url).await);
     };
     let lease = store.lease(&a.deployment).await.map_err(state_error)?;
-    // Masking needs the provider schemas: which attributes are secret.
-    let providers = builtin(&ProvidersConfig::default());
-    let mask = |r: &ResourceRecord| lyra_core::secret::shown_state(r, providers.schemas().get(&r.type_name));
-    let shown = output::state_json(&state, lease.as_ref(), &mask);
     // Records that cannot be read are shown for what they are: the rest is still usable.
     warn_unreadable(&state.name, &state.unreadable);
-    if out == Output::Json {
-        return json(&shown);
-    }
     let rows: Vec<Vec<String>> = state
         .resources
         .iter()
@@ -102,6 +99,42 @@ pub async fn show(a: &args::StateShowArgs, out: Output) -> Result<(), Exit> {
         state.workflow.as_deref().unwrap_or("-"),
         output::table(&["STEP", "TYPE", "EXTERNAL ID", "MODE", "DEPENDS ON"], &rows)
     ))
+}
+
+/// `lyra state show -o json`: each record written as it is read from the store, so a
+/// deployment of any size is shown in flat memory. If the store fails part-way, the document
+/// is cut short and the command fails with the store's error.
+async fn show_json(store: Arc<dyn Store>, deployment: &str, url: Option<&str>) -> Result<(), Exit> {
+    let Some(stream) = store.records(deployment).await.map_err(state_error)? else {
+        return Err(unknown_deployment(store.as_ref(), deployment, url).await);
+    };
+    let lease = store.lease(deployment).await.map_err(state_error)?;
+    let runtime = tokio::runtime::Handle::current();
+    // Serialising is synchronous: on a blocking thread, which waits for each record.
+    let written = tokio::task::spawn_blocking(move || {
+        // Masking needs the provider schemas: which attributes are secret.
+        let providers = builtin(&ProvidersConfig::default());
+        let mask = |r: &ResourceRecord| lyra_core::secret::shown_state(r, providers.schemas().get(&r.type_name));
+        let RecordStream {
+            name,
+            workflow,
+            mut records,
+        } = stream;
+        let doc = output::StreamedStateJson::new(&name, workflow.as_deref(), lease.as_ref(), &mask, || {
+            runtime.block_on(records.next())
+        });
+        let printed = json(&doc);
+        (printed, doc.failure(), doc.unreadable(), name)
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let (printed, failure, unreadable, name) = written;
+    if let Some(e) = failure {
+        return Err(state_error(e));
+    }
+    // Records that cannot be read are shown for what they are: the rest is still usable.
+    warn_unreadable(&name, &unreadable);
+    printed
 }
 
 /// Names a deployment's unreadable records on stderr, with how to remove them.
