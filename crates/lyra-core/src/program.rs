@@ -95,8 +95,9 @@ pub fn load(
             }
             continue;
         };
-        let file = sources.add(path, text.clone());
-        let (wf, problems) = parse_workflow_partial(&name, file, &text);
+        let file = sources.add(path, text);
+        let text = &sources.get(file).expect("just added").text;
+        let (wf, problems) = parse_workflow_partial(&name, file, text);
         diags.extend(problems);
         if let Some(wf) = wf {
             let mut targets = Vec::new();

@@ -36,10 +36,26 @@ pub fn parse_workflow(name: &str, file: FileId, text: &str) -> Result<Workflow, 
 /// or an unknown key still leaves a workflow that validation can check further, so that all
 /// problems are reported at once.
 pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<Workflow>, Diagnostics) {
-    let mut node = match load(file, text) {
+    // The top level's steps are built while the file is read, each from its own small tree,
+    // freed once its step is built: the document is never a whole tree. Their problems are
+    // kept apart until the top level turns out to be a workflow that reads them.
+    let mut streamed = Streamed {
+        fe: FrontEnd {
+            file,
+            diags: Diagnostics::default(),
+        },
+        steps: Vec::new(),
+    };
+    let loaded = load_with(
+        file,
+        text,
+        Some(&mut |k, v| streamed.fe.child_step(&k, &v, &mut streamed.steps)),
+    );
+    let mut node = match loaded {
         Ok(n) => n,
         Err(d) => return (None, d),
     };
+    streamed.steps.shrink_to_fit();
     let mut fe = FrontEnd {
         file,
         diags: Diagnostics::default(),
@@ -51,10 +67,9 @@ pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<W
             if let Some(n) = map.get_node("providers") {
                 providers = fe.providers(n);
             }
-            // The top level's steps are read out of the tree one by one, each freed once its
-            // step is built: the tree and the model of a large workflow are not both whole.
+            // What streaming left of `steps:`: an empty mapping, or what was not one.
             let steps = map.take_node("steps");
-            fe.step_at(name, span, map, steps, true)
+            fe.step_at(name, span, map, steps.map(|node| (node, streamed)), true)
         }
         None => {
             fe.diags
@@ -71,6 +86,12 @@ pub fn parse_workflow_partial(name: &str, file: FileId, text: &str) -> (Option<W
         }),
         fe.diags,
     )
+}
+
+/// The top level's steps, built as the file was read, with their problems.
+struct Streamed {
+    fe: FrontEnd,
+    steps: Vec<Step>,
 }
 
 /// Parses a data file (`data.yaml`): any mapping of values.
@@ -200,6 +221,11 @@ fn nesting_bound(text: &str) -> Option<usize> {
 }
 
 fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
+    load_with(file, text, None)
+}
+
+/// [`load`], streaming the top level's `steps:` entries to `steps` (see [`tree::parse_streaming`]).
+fn load_with(file: FileId, text: &str, steps: Option<tree::StepSink<'_>>) -> Result<Node, Diagnostics> {
     if text.trim().is_empty() {
         let mut d = Diagnostics::default();
         d.error(Span::new(file, 1, 1), "the file is empty");
@@ -216,7 +242,11 @@ fn load(file: FileId, text: &str) -> Result<Node, Diagnostics> {
         );
         return Err(d);
     }
-    tree::parse(text).map_err(|e| {
+    let parsed = match steps {
+        Some(sink) => tree::parse_streaming(text, sink),
+        None => tree::parse(text),
+    };
+    parsed.map_err(|e| {
         let (mark, msg) = match &e {
             LoadError::TopLevelMustBeMapping(m) => (*m, "the top level must be a mapping".to_owned()),
             // The event of an anchor or a tag marks the node it belongs to, which starts after
@@ -525,8 +555,16 @@ impl FrontEnd {
     }
 
     /// A step from its mapping. `taken_steps` is its `steps:` value when the caller took it
-    /// out of `map` (where an empty value stands in its place), to be consumed here.
-    fn step_at(&mut self, name: &str, span: Span, map: &Mapping, taken_steps: Option<Node>, top: bool) -> Option<Step> {
+    /// out of `map` (where an empty value stands in its place), to be consumed here, with the
+    /// steps streamed out of it while it was read.
+    fn step_at(
+        &mut self,
+        name: &str,
+        span: Span,
+        map: &Mapping,
+        taken_steps: Option<(Node, Streamed)>,
+        top: bool,
+    ) -> Option<Step> {
         let has = |k: &str| map.get_node(k).is_some();
         let coll_keys: Vec<&str> = COLLECTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         let kinds = [has("steps"), !coll_keys.is_empty(), has("call"), has("resource")];
@@ -622,7 +660,9 @@ impl FrontEnd {
                 None => map.get_node("steps"),
             };
             match (taken_steps, borrowed) {
-                (Some(Node::Mapping(children)), _) => {
+                (Some((Node::Mapping(children), streamed)), _) => {
+                    steps = streamed.steps;
+                    self.diags.extend(streamed.fe.diags);
                     // Sized once: a workflow of 10,000 steps would otherwise grow (and keep)
                     // up to twice the room.
                     steps.reserve_exact(children.iter().len());
@@ -636,7 +676,7 @@ impl FrontEnd {
                         self.child_step(k, v, &mut steps);
                     }
                 }
-                (Some(other), _) => self.not_steps(&other),
+                (Some((other, _)), _) => self.not_steps(&other),
                 (None, Some(other)) => self.not_steps(other),
                 (None, None) => {}
             }
@@ -1007,6 +1047,16 @@ mod tests {
         assert!(
             messages("steps: {}\nresource: A::B\n")[0].contains("mixes step kinds"),
             "the key still counts once its value is taken"
+        );
+        // Steps read while the file streamed in are not looked at when the top level turns
+        // out not to be a workflow, as nested ones are not.
+        let mixed = messages("steps:\n  a: 1\nresource: A::B\n");
+        assert_eq!(mixed.len(), 1, "{mixed:?}");
+        assert!(mixed[0].contains("mixes step kinds"), "{mixed:?}");
+        // But they are when it is.
+        assert_eq!(
+            messages("steps:\n  a: 1\n  b: {resource: A::B}\n  c: 2\n"),
+            ["2:6 step 'a' must be a mapping", "4:6 step 'c' must be a mapping"]
         );
     }
 

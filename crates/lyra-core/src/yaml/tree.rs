@@ -196,6 +196,8 @@ struct Open {
     mapping: bool,
     /// A large mapping's keys so far, with where each was written.
     index: Option<HashMap<String, Mark>>,
+    /// The top level's `steps:`, whose entries go to the caller's sink as they are read.
+    streams: bool,
 }
 
 /// What the shared stack holds: sequence items and mapping entries alike (an item's key is
@@ -204,6 +206,21 @@ type Child = (Option<Scalar>, Node);
 
 /// Parses `text`, whose top level must be a mapping (an empty document is an empty one).
 pub(crate) fn parse(text: &str) -> Result<Node, LoadError> {
+    parse_with(text, None)
+}
+
+/// What [`parse_streaming`] hands over: an entry of the top level's `steps:` mapping.
+pub(crate) type StepSink<'a> = &'a mut dyn FnMut(Scalar, Node);
+
+/// [`parse`], with the entries of the top level's `steps:` mapping (when it is one) given to
+/// `steps` one at a time, each as soon as it is read, instead of kept in the tree (where that
+/// mapping is left empty): a workflow's steps then never all exist as a tree at once. They
+/// are still checked for duplicates. When this fails, what `steps` was given means nothing.
+pub(crate) fn parse_streaming(text: &str, steps: StepSink<'_>) -> Result<Node, LoadError> {
+    parse_with(text, Some(steps))
+}
+
+fn parse_with(text: &str, mut sink: Option<StepSink<'_>>) -> Result<Node, LoadError> {
     let mut parser = Parser::new_from_str(text);
     let mut open: Vec<Open> = Vec::new();
     let mut children: Vec<Child> = Vec::new();
@@ -241,12 +258,16 @@ pub(crate) fn parse(text: &str) -> Result<Node, LoadError> {
                 } else if open.last().is_some_and(|o| o.mapping && o.key.is_none()) {
                     Err(LoadError::MappingKeyMustBeScalar(mark))
                 } else {
+                    let streams = mapping
+                        && sink.is_some()
+                        && matches!(open.as_slice(), [root] if root.key.as_ref().is_some_and(|k| k.text == "steps"));
                     open.push(Open {
                         mark,
                         start: children.len(),
                         key: None,
                         mapping,
-                        index: None,
+                        index: streams.then(HashMap::new),
+                        streams,
                     });
                     Ok(None)
                 }
@@ -292,7 +313,7 @@ pub(crate) fn parse(text: &str) -> Result<Node, LoadError> {
             Err(e) => refused = Some(e),
             Ok(None) => {}
             Ok(Some(node)) => {
-                if let Err(e) = place(&mut open, &mut children, &mut root, node) {
+                if let Err(e) = place(&mut open, &mut children, &mut root, node, &mut sink) {
                     refused = Some(e);
                 }
             }
@@ -308,8 +329,14 @@ pub(crate) fn parse(text: &str) -> Result<Node, LoadError> {
 }
 
 /// Puts a finished node where it belongs: the value of its mapping's waiting key, the next
-/// item of its sequence, or the document.
-fn place(open: &mut [Open], children: &mut Vec<Child>, root: &mut Option<Node>, node: Node) -> Result<(), LoadError> {
+/// item of its sequence, the document, or (an entry of the top level's `steps:`) the sink.
+fn place(
+    open: &mut [Open],
+    children: &mut Vec<Child>,
+    root: &mut Option<Node>,
+    node: Node,
+    sink: &mut Option<StepSink<'_>>,
+) -> Result<(), LoadError> {
     let Some(o) = open.last_mut() else {
         *root = Some(node);
         return Ok(());
@@ -331,6 +358,12 @@ fn place(open: &mut [Open], children: &mut Vec<Child>, root: &mut Option<Node>, 
     }
     if let Some(index) = &mut o.index {
         index.insert(key.text.clone(), key.mark);
+        if o.streams
+            && let Some(sink) = sink
+        {
+            sink(key, node);
+            return Ok(());
+        }
     } else if entries.len() + 1 >= INDEXED {
         let mut index: HashMap<String, Mark> = entries
             .iter()
@@ -437,6 +470,60 @@ mod tests {
             depth += 1;
         }
         assert_eq!(depth, 2_001);
+    }
+
+    #[test]
+    fn top_level_steps_stream_out_of_the_tree() {
+        let text = "parameters: [a]\nsteps:\n  x:\n    resource: T\n  y: {steps: {z: 1}}\nreturns: r\n";
+        let mut seen = Vec::new();
+        let root = parse_streaming(text, &mut |k, v| seen.push((k.as_str().to_owned(), k.mark(), v))).expect("parses");
+        let names: Vec<&str> = seen.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(names, ["x", "y"], "in order, nested `steps:` not streamed");
+        assert_eq!(seen[0].1, Mark { line: 3, col: 3 });
+        assert!(seen[0].2.as_mapping().is_some_and(|m| m.get_node("resource").is_some()));
+        let nested = seen[1]
+            .2
+            .as_mapping()
+            .and_then(|m| m.get_node("steps"))
+            .and_then(Node::as_mapping);
+        assert!(nested.is_some_and(|m| m.get_node("z").is_some()), "kept in the tree");
+        let top = root.as_mapping().expect("a mapping");
+        let keys: Vec<&str> = top.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["parameters", "steps", "returns"]);
+        assert!(
+            top.get_node("steps")
+                .and_then(Node::as_mapping)
+                .is_some_and(|m| m.iter().len() == 0)
+        );
+        // Without a sink, the same document keeps its steps.
+        let whole = parse(text).expect("parses");
+        let steps = whole
+            .as_mapping()
+            .and_then(|m| m.get_node("steps"))
+            .and_then(Node::as_mapping);
+        assert_eq!(steps.map(|m| m.iter().len()), Some(2));
+    }
+
+    #[test]
+    fn streamed_steps_are_still_checked_for_duplicates() {
+        let mut n = 0;
+        let err = parse_streaming("steps:\n  a: {resource: T}\n  a: {resource: U}\n", &mut |_, _| n += 1)
+            .expect_err("a duplicate step");
+        match err {
+            LoadError::DuplicateKey { key, first } => {
+                assert_eq!((key.as_str(), key.mark().line, first.line), ("a", 3, 2))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A `steps:` that is not a mapping stays in the tree.
+        let root = parse_streaming("steps: [a]\n", &mut |_, _| n += 1).expect("parses");
+        assert!(
+            root.as_mapping()
+                .and_then(|m| m.get_node("steps"))
+                .and_then(Node::as_sequence)
+                .is_some()
+        );
+        assert_eq!(n, 1, "only the first `a` was handed over");
     }
 
     #[test]
