@@ -55,7 +55,11 @@ fn main() -> ExitCode {
     if cli.no_color {
         anstream::ColorChoice::Never.write_global();
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // One thread runs the command (blocking work goes to Tokio's blocking threads): the engine
+    // is one task, and on one thread a step that yields to let others queue their state
+    // writes into its commit really waits for all of them (group commit), with no worker
+    // threads woken to steal the task and hand it back.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             return ExitCode::from(fail(
@@ -546,11 +550,13 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
         progress.finish();
         let report = result.map_err(|e| engine_error(e, &sources))?;
         finish_report(&report, out, true, None)?;
-        return saved_plan::pending(&report, detailed);
+        let pending = saved_plan::pending(&report, detailed);
+        left_for_exit((report, program, sources));
+        return pending;
     }
     let store = open_state(a.state.as_deref()).await?;
     signals::install(Arc::clone(&cancel), out);
-    let (program, data, name) = (&program, &data, &deployment);
+    let (program_ref, data, name) = (&program, &data, &deployment);
     let (providers, sources_ref, cancel_ref) = (&providers, &sources, &cancel);
     let ask = confirm::wanted(a.exec.yes, out);
     let declined = AtomicBool::new(false);
@@ -572,7 +578,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
                     sources_ref,
                     cancel_ref,
                 )
-                .plan_targets(program, name, data, &a.targets)
+                .plan_targets(program_ref, name, data, &a.targets)
                 .await?;
                 if saved_plan::changes(&plan) {
                     let _ = print_styled(&output::plan_coloured(&plan));
@@ -590,7 +596,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
                 sources_ref,
                 cancel_ref,
             )
-            .apply_targets(program, name, data, &actor(), &a.targets)
+            .apply_targets(program_ref, name, data, &actor(), &a.targets)
             .await
         },
     )
@@ -599,7 +605,16 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
     if declined.load(Ordering::SeqCst) {
         return Err(declined_exit("apply"));
     }
-    finish_leased(result, kept, &deployment, &sources, out)
+    let finished = finish_leased(result, kept, &deployment, &sources, out);
+    left_for_exit((program, sources));
+    finished
+}
+
+/// Leaves a large value (a workflow's model, a run's report) to the end of the process,
+/// which comes right after the command: freeing a model of 10,000 steps piece by piece
+/// costs as much as a good part of planning it, for memory the process is about to return.
+fn left_for_exit<T>(value: T) {
+    std::mem::forget(value);
 }
 
 async fn delete(a: &args::DeleteArgs, out: Output) -> Result<(), Exit> {

@@ -79,10 +79,19 @@ impl Progress {
     pub fn finish(&self) {
         self.bar.finish_and_clear();
     }
+
+    /// Nothing is shown at all (stderr is not a terminal, no --verbose): the per-step work
+    /// of keeping count and formatting lines is skipped, which on a large run is not free.
+    fn silent(&self) -> bool {
+        !self.lines && self.bar.is_hidden()
+    }
 }
 
 impl Observer for Progress {
     fn step_started(&self, id: &str, type_name: &str) {
+        if self.silent() {
+            return;
+        }
         if !self.bar.is_hidden() && !self.ticking.swap(true, Ordering::Relaxed) {
             self.bar.enable_steady_tick(Duration::from_millis(100));
         }
@@ -93,6 +102,9 @@ impl Observer for Progress {
     }
 
     fn step_finished(&self, r: &StepReport) {
+        if self.silent() {
+            return;
+        }
         if self.started.lock().expect("progress lock").remove(&r.id) {
             self.running.fetch_sub(1, Ordering::Relaxed);
         }
