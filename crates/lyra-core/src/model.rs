@@ -62,7 +62,9 @@ pub struct Step {
     pub span: Span,
     pub params: Vec<Param>,
     pub returns: Vec<Return>,
-    pub when: Option<(Guard, Span)>,
+    /// Boxed, as the other parts most steps lack: a workflow of 10,000 steps keeps 10,000
+    /// `Step`s, and each byte of one is 10 KB of the model.
+    pub when: Option<Box<(Guard, Span)>>,
     pub kind: StepKind,
     /// Filled in by validation: the names this step reads from its enclosing scope.
     pub inputs: Vec<String>,
@@ -79,11 +81,11 @@ pub enum StepKind {
         type_name: String,
         type_span: Span,
         value: Vec<Attr>,
-        external_id: Option<(Expr, Span)>,
+        external_id: Option<Box<(Expr, Span)>>,
         controls: Controls,
     },
     Collection {
-        over: Over,
+        over: Box<Over>,
         over_span: Span,
         /// Names bound in each iteration.
         vars: Vec<String>,
@@ -183,7 +185,7 @@ pub enum ReturnSource {
     /// From the attribute, inner variable or called return named here.
     Alias(String),
     /// Built from inner variables (workflows only).
-    Value(Expr),
+    Value(Box<Expr>),
 }
 
 impl Return {

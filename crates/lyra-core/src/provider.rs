@@ -222,7 +222,7 @@ impl Providers {
     }
 
     pub fn get(&self, type_name: &str) -> Option<&Arc<dyn Provider>> {
-        self.by_type.get(&type_key(type_name))
+        crate::schema::with_type_key(type_name, |key| self.by_type.get(key))
     }
 
     pub fn schemas(&self) -> &SchemaRegistry {

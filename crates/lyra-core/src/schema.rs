@@ -135,6 +135,21 @@ pub fn type_key(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
+/// Calls `f` with [`type_key`] of `name`, lowercased on the stack when it is short (as every
+/// real type name is): looking a type up for each step of a run allocates nothing.
+pub fn with_type_key<R>(name: &str, f: impl FnOnce(&str) -> R) -> R {
+    let mut buf = [0u8; 128];
+    match buf.get_mut(..name.len()) {
+        Some(key) => {
+            key.copy_from_slice(name.as_bytes());
+            key.make_ascii_lowercase();
+            // ASCII lowercasing leaves every other byte as it was: still UTF-8.
+            f(std::str::from_utf8(key).expect("lowercased UTF-8 is UTF-8"))
+        }
+        None => f(&type_key(name)),
+    }
+}
+
 /// All resource types known to an engine, looked up case-insensitively.
 #[derive(Debug, Clone, Default)]
 pub struct SchemaRegistry {
@@ -149,7 +164,7 @@ impl SchemaRegistry {
     }
 
     pub fn get(&self, name: &str) -> Option<&ResourceSchema> {
-        self.by_key.get(&type_key(name))
+        with_type_key(name, |key| self.by_key.get(key))
     }
 
     /// Registers the configuration schema of a namespace (named by it).
@@ -159,7 +174,7 @@ impl SchemaRegistry {
 
     /// The configuration schema of namespace `ns` (case-insensitive), if its provider takes one.
     pub fn config(&self, ns: &str) -> Option<&ResourceSchema> {
-        self.configs.get(&type_key(ns))
+        with_type_key(ns, |key| self.configs.get(key))
     }
 
     /// The namespaces whose providers take configuration, sorted.
@@ -173,5 +188,24 @@ impl SchemaRegistry {
         let mut v: Vec<&str> = self.by_key.values().map(|s| s.name.as_str()).collect();
         v.sort_unstable();
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_keys_on_the_stack_are_the_allocated_ones() {
+        let long = format!("Ns::{}", "Ä".repeat(100));
+        for name in [
+            "Foobernetes::LoadBalancer",
+            "null::resource",
+            "",
+            "Ünï::Cödé",
+            long.as_str(),
+        ] {
+            assert_eq!(with_type_key(name, str::to_owned), type_key(name), "{name}");
+        }
     }
 }

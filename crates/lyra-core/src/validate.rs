@@ -241,7 +241,7 @@ impl Cx<'_> {
                 _ => {}
             }
         }
-        match &step.when {
+        match step.when.as_deref() {
             // A guard is decided by the workflow around the step; the top level has none (and
             // a called workflow's own guard would be ignored).
             Some((_, span)) if top => self.diags.push(
@@ -268,7 +268,7 @@ impl Cx<'_> {
                 for a in value.iter() {
                     a.expr.refs().iter().for_each(|r| add(&mut inner, &r.name, r.span));
                 }
-                if let Some((e, _)) = external_id {
+                if let Some((e, _)) = external_id.as_deref_mut() {
                     e.refs().iter().for_each(|r| add(&mut inner, &r.name, r.span));
                 }
                 // A resource's declared parameters only document what it reads (the original

@@ -197,26 +197,34 @@ fn nesting_exceeds(text: &str, limit: usize) -> Option<yaml_rust2::scanner::Mark
 /// plain or block scalars) the count only errs high or stays at zero. A flow entry `a: b`
 /// is an implicit map, so each opening may add two levels.
 fn nesting_bound(text: &str) -> Option<usize> {
-    if text.contains(['"', '\'', '!', '&', '*', '\t']) {
-        return None;
-    }
-    let (mut longest, mut open, mut most_open) = (0, 0usize, 0);
-    for line in text.split(['\n', '\r']) {
-        longest = longest.max(line.len());
-        let mut after_blank = true;
-        for b in line.bytes() {
-            match b {
-                b'#' if after_blank => break,
-                b'[' | b'{' => {
-                    open += 1;
-                    most_open = most_open.max(open);
-                }
-                b']' | b'}' => open = open.saturating_sub(1),
-                _ => {}
+    // One pass over the bytes (every byte looked for is ASCII): searching for characters
+    // and splitting lines by `char` patterns decoded the whole text twice over.
+    let (mut longest, mut line_start, mut open, mut most_open) = (0usize, 0usize, 0usize, 0usize);
+    let (mut after_blank, mut comment) = (true, false);
+    for (i, &b) in text.as_bytes().iter().enumerate() {
+        match b {
+            b'"' | b'\'' | b'!' | b'&' | b'*' | b'\t' => return None,
+            b'\n' | b'\r' => {
+                longest = longest.max(i - line_start);
+                line_start = i + 1;
+                (after_blank, comment) = (true, false);
+                continue;
             }
-            after_blank = b == b' ';
+            _ if comment => continue,
+            b'#' if after_blank => {
+                comment = true;
+                continue;
+            }
+            b'[' | b'{' => {
+                open += 1;
+                most_open = most_open.max(open);
+            }
+            b']' | b'}' => open = open.saturating_sub(1),
+            _ => {}
         }
+        after_blank = b == b' ';
     }
+    longest = longest.max(text.len() - line_start);
     Some(2 * longest + 2 * most_open)
 }
 
@@ -730,7 +738,7 @@ impl FrontEnd {
                 type_name,
                 type_span,
                 value,
-                external_id,
+                external_id: external_id.map(Box::new),
                 controls,
             }
         };
@@ -740,7 +748,7 @@ impl FrontEnd {
             span,
             params,
             returns,
-            when,
+            when: when.map(Box::new),
             kind,
             inputs: Vec::new(),
         })
@@ -796,7 +804,7 @@ impl FrontEnd {
             }
         };
         Some(StepKind::Collection {
-            over,
+            over: Box::new(over),
             over_span,
             vars,
             into,
@@ -960,7 +968,7 @@ impl FrontEnd {
                             for (rk, rv) in rm.iter() {
                                 match rk.as_str() {
                                     "type" => r.ty = self.ty(rv),
-                                    "value" => r.source = ReturnSource::Value(self.expr(rv)),
+                                    "value" => r.source = ReturnSource::Value(Box::new(self.expr(rv))),
                                     "alias" => {
                                         if let Some(a) = self.string(rv, "'alias'") {
                                             r.source = ReturnSource::Alias(a);
@@ -1173,6 +1181,11 @@ mod tests {
             }
         }
         assert_eq!(nesting_bound("a: \"x\"\n"), None);
+        // Twice the longest line (in bytes, any line break), plus twice the most brackets
+        // open at once outside comments.
+        assert_eq!(nesting_bound("a: [b]\r\n# {{{{\nlong: x #{[\n"), Some(2 * 11 + 2));
+        assert_eq!(nesting_bound("k: x#{\n  - [[é]]"), Some(2 * 10 + 2 * 3));
+        assert_eq!(nesting_bound("# a 'quote' in a comment\n"), None);
         assert!(nesting_bound(&block_maps(3)).is_some_and(|b| b <= MAX_DEPTH));
     }
 

@@ -121,7 +121,7 @@ impl Run<'_, '_> {
     }
 
     pub(super) fn returns_from_scope(&self, returns: &[Return], scope: &Env) -> Result<Env, StepError> {
-        let mut out = Env::new();
+        let mut out = Env::default();
         for r in returns {
             let v = match &r.source {
                 ReturnSource::Same => scope.get(&r.name).cloned(),

@@ -43,7 +43,7 @@ pub(super) struct Configs(HashMap<String, Resolved>);
 impl Configs {
     /// The settings for resources of `type_name`.
     pub fn for_type(&self, type_name: &str) -> Option<&Resolved> {
-        self.0.get(&type_key(namespace_of(type_name)))
+        crate::schema::with_type_key(namespace_of(type_name), |key| self.0.get(key))
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Resolved> {

@@ -125,7 +125,13 @@ impl Val {
     }
 }
 
-type Env = HashMap<String, Val>;
+/// The maps the engine builds and reads for every step (variables, records, step ids):
+/// foldhash rather than SipHash, several times cheaper on short keys. It is seeded at random
+/// per process, so keys from a workflow cannot be chosen to collide.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
+
+type Env = FastMap<String, Val>;
 
 /// How a step ended, as seen by its enclosing scope.
 enum Done {
@@ -138,7 +144,7 @@ enum Done {
 /// Which recorded resources this run accounts for; the rest are garbage.
 #[derive(Default)]
 struct Claims {
-    ids: HashSet<String>,
+    ids: FastSet<String>,
     prefixes: Vec<String>,
 }
 
@@ -155,7 +161,7 @@ struct Run<'e, 'a> {
     program: &'e Program,
     deployment: &'e str,
     data: &'e Map,
-    prior: HashMap<String, ResourceRecord>,
+    prior: FastMap<String, ResourceRecord>,
     /// The run in the history (`None` in plan mode): new creates' idempotency keys are scoped
     /// to it.
     run_id: Option<RunId>,
@@ -248,7 +254,7 @@ impl<'a> Engine<'a> {
         let root = &program.main.root;
         let env = self.top_params(root, data)?;
         let configs = self.provider_configs(&program.main, &env)?;
-        let prior: HashMap<String, ResourceRecord> = self
+        let prior: FastMap<String, ResourceRecord> = self
             .readable(deployment, self.store.load(deployment).await?)?
             .map(|d| d.resources.into_iter().map(|r| (r.step_id.clone(), r)).collect())
             .unwrap_or_default();
@@ -384,7 +390,7 @@ impl<'a> Engine<'a> {
             workflows: HashMap::new(),
         };
         let empty = Map::new();
-        let mut run = Run::new(self, mode, &program, deployment, &empty, HashMap::new(), run_id);
+        let mut run = Run::new(self, mode, &program, deployment, &empty, FastMap::default(), run_id);
         run.remember_records(state.resources.iter());
         let records = if targets.is_empty() {
             state.resources
@@ -423,7 +429,7 @@ impl<'a> Engine<'a> {
 
     /// Resolves the top-level parameters from the data; every missing key is reported.
     fn top_params(&self, root: &Step, data: &Map) -> Result<Env, EngineError> {
-        let mut env = Env::new();
+        let mut env = Env::default();
         let mut diags = Diagnostics::default();
         for p in &root.params {
             let value = match &p.source {
@@ -595,7 +601,7 @@ impl<'e, 'a> Run<'e, 'a> {
         program: &'e Program,
         deployment: &'e str,
         data: &'e Map,
-        prior: HashMap<String, ResourceRecord>,
+        prior: FastMap<String, ResourceRecord>,
         run_id: Option<RunId>,
     ) -> Self {
         Run {

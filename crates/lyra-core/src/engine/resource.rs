@@ -124,7 +124,7 @@ impl Run<'_, '_> {
             Ok(d) => d,
             Err(e) => return self.fail_step(&at, e),
         };
-        let ownership = match self.ownership(external_id.as_ref().map(|(e, _)| e), &env) {
+        let ownership = match self.ownership(external_id.as_deref().map(|(e, _)| e), &env) {
             Ok(o) => o,
             Err(e) => return self.fail_step(&at, e),
         };
@@ -640,7 +640,7 @@ impl Run<'_, '_> {
     ) -> Result<Env, StepError> {
         let desired = &t.desired.values;
         let origins = Arc::new(vec![t.at.id.to_owned()]);
-        let mut out = Env::new();
+        let mut out = Env::default();
         for r in &t.at.step.returns {
             let attr = r.source_name().unwrap_or(&r.name);
             let sensitive = secret.contains(attr) || t.schema.is_secret(attr);

@@ -46,7 +46,7 @@ impl Run<'_, '_> {
     pub(super) fn step<'s>(&'s self, step: &'s Step, env: Env, id: String) -> BoxFuture<'s, Done> {
         Box::pin(async move {
             let started = Instant::now();
-            if let Some((guard, _)) = &step.when {
+            if let Some((guard, _)) = step.when.as_deref() {
                 let look = |n: &str| env.get(n).map(|v| &v.var);
                 if guard.eval(&look) == Some(false) {
                     // The step is not wanted: its returns are undefined, and what it made
@@ -226,7 +226,7 @@ impl Run<'_, '_> {
             problem,
         };
         // (segment of the id, bindings)
-        let iterations: Vec<(String, Vec<Value>)> = match over {
+        let iterations: Vec<(String, Vec<Value>)> = match &**over {
             Over::Each(_) => match &known[0] {
                 Value::Array(items) => items
                     .iter()
@@ -390,7 +390,7 @@ impl Run<'_, '_> {
             return self.fail_step(&at, e);
         };
         let root = &wf.root;
-        let mut callee = Env::new();
+        let mut callee = Env::default();
         let passed_to = format!(" passed to '{target}'");
         for p in &root.params {
             let v = if let Some(a) = args.iter().find(|a| a.name == p.name) {
@@ -398,7 +398,7 @@ impl Run<'_, '_> {
             } else {
                 match &p.source {
                     ParamSource::Lookup(key) => self.lookup_param(key, p),
-                    ParamSource::Value(e) => self.resolve(e, &Env::new()),
+                    ParamSource::Value(e) => self.resolve(e, &Env::default()),
                     ParamSource::Implicit => Ok(env.get(&p.name).cloned().unwrap_or_else(|| Val::known(Value::Null))),
                 }
             };
@@ -412,7 +412,7 @@ impl Run<'_, '_> {
         // resource is the call step itself.
         match self.body(root, callee, id.clone()).await {
             Done::Ok(returned) => {
-                let mut out = Env::new();
+                let mut out = Env::default();
                 for r in &step.returns {
                     let src = r.source_name().unwrap_or(&r.name);
                     let v = returned.get(src).cloned().unwrap_or_else(|| Val::known(Value::Null));
