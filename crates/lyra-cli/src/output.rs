@@ -652,13 +652,14 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record(step: &str) -> ResourceRecord {
+    /// A record of step `step` with no state (a `Null::Resource`'s shape).
+    pub(crate) fn record(step: &str) -> ResourceRecord {
         ResourceRecord {
             step_id: step.to_owned(),
-            type_name: "T::T".to_owned(),
+            type_name: "Null::Resource".to_owned(),
             external_id: format!("x-{step}"),
             desired: Map::new(),
             actual: Map::new(),

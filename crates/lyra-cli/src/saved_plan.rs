@@ -970,18 +970,7 @@ mod tests {
 
     #[test]
     fn the_state_value_is_the_same_in_any_record_order() {
-        let rec = |id: &str| ResourceRecord {
-            step_id: id.to_owned(),
-            type_name: "Null::Resource".to_owned(),
-            external_id: format!("x-{id}"),
-            desired: Map::new(),
-            actual: Map::new(),
-            depends_on: vec![],
-            managed: true,
-            pending: false,
-            sensitive: vec![],
-            create_key: None,
-        };
+        let rec = output::tests::record;
         let state = |ids: &[&str]| DeploymentState {
             name: "web".to_owned(),
             workflow: Some("web".to_owned()),

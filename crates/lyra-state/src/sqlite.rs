@@ -23,7 +23,6 @@ use std::time::Duration;
 use crate::store::{Admin, Fence, Leases};
 use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest, RecordStream, RunRecord};
 use async_trait::async_trait;
-use futures::StreamExt as _;
 use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, params};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
@@ -539,14 +538,7 @@ impl Admin for SqliteStore {
             }
         });
         let workflow = found.await.map_err(|_| Error::Closed)??;
-        Ok(workflow.map(|workflow| RecordStream {
-            name,
-            workflow,
-            records: futures::stream::unfold(received, |mut received| async move {
-                received.recv().await.map(|record| (record, received))
-            })
-            .boxed(),
-        }))
+        Ok(workflow.map(|workflow| RecordStream::from_channel(name, workflow, received)))
     }
 
     async fn export(&self, deployment: &str) -> Result<Option<DeploymentExport>, StoreError> {

@@ -111,6 +111,25 @@ pub struct RecordStream {
     pub records: BoxStream<'static, Result<ReadRecord, StoreError>>,
 }
 
+impl RecordStream {
+    /// The stream of what a backend's reader sends on `records`, as it arrives.
+    pub(crate) fn from_channel(
+        name: String,
+        workflow: Option<String>,
+        records: tokio::sync::mpsc::Receiver<Result<ReadRecord, StoreError>>,
+    ) -> RecordStream {
+        use futures::StreamExt as _;
+        RecordStream {
+            name,
+            workflow,
+            records: futures::stream::unfold(records, |mut records| async move {
+                records.recv().await.map(|record| (record, records))
+            })
+            .boxed(),
+        }
+    }
+}
+
 impl std::fmt::Debug for RecordStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecordStream")

@@ -1,7 +1,7 @@
 //! [`Admin::records`](crate::Admin::records) on Postgres: the load's statement, its rows
 //! decoded and handed on as they arrive from the server.
 
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::TryStreamExt as _;
 use sqlx::Row as _;
 use tokio::sync::{mpsc, oneshot};
 
@@ -78,14 +78,7 @@ impl PostgresStore {
             }
         });
         let workflow = found.await.map_err(|_| Error::Closed)??;
-        Ok(workflow.map(|workflow| RecordStream {
-            name,
-            workflow,
-            records: futures::stream::unfold(received, |mut received| async move {
-                received.recv().await.map(|record| (record, received))
-            })
-            .boxed(),
-        }))
+        Ok(workflow.map(|workflow| RecordStream::from_channel(name, workflow, received)))
     }
 }
 

@@ -455,16 +455,21 @@ fn lease_across_processes() {
 
 // --- Upgrades ---------------------------------------------------------------------------------
 
-/// A state file at `path` as an older Lyra left it: made by the first embedded migrations,
-/// the named ones (run from a copy in `dir`). The connection fills it with that version's rows.
-async fn schema_at(dir: &Path, path: &Path, migrations: &[&str]) -> SqliteConnection {
+/// A state file at `path` as an older Lyra left it: made by the first `version` embedded
+/// migrations (run from a copy in `dir`), the schema of that version. The connection fills it
+/// with that version's rows.
+async fn schema_at(dir: &Path, path: &Path, version: usize) -> SqliteConnection {
     let old = dir.join("old-migrations");
     std::fs::create_dir(&old).expect("mkdir");
-    for file in migrations {
-        let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("migrations/sqlite")
-            .join(file);
-        std::fs::copy(from, old.join(file)).expect("copy a migration");
+    let all = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&all)
+        .expect("the migrations")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    files.sort();
+    assert!(files.len() > version, "schema v{version} is not older than this one");
+    for file in &files[..version] {
+        std::fs::copy(file, old.join(file.file_name().expect("a name"))).expect("copy a migration");
     }
     let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
         .await
@@ -484,7 +489,7 @@ async fn schema_at(dir: &Path, path: &Path, migrations: &[&str]) -> SqliteConnec
 async fn upgrade_from_schema_v1() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v1.db");
-    let mut conn = schema_at(dir.path(), &path, &["0001_initial.sql"]).await;
+    let mut conn = schema_at(dir.path(), &path, 1).await;
     sqlx::raw_sql(
         "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
          INSERT INTO resources VALUES ('d', 'a', 'T::T', 'x', '{}', '{}', '[]', 1, 1);
@@ -532,12 +537,7 @@ async fn upgrade_from_schema_v1() {
 async fn upgrade_from_schema_v2() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v2.db");
-    let mut conn = schema_at(
-        dir.path(),
-        &path,
-        &["0001_initial.sql", "0002_leases_pending_notes.sql"],
-    )
-    .await;
+    let mut conn = schema_at(dir.path(), &path, 2).await;
     sqlx::raw_sql(
         "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
          INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, depends_on,
@@ -584,16 +584,7 @@ async fn upgrade_from_schema_v2() {
 async fn upgrade_from_schema_v3() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v3.db");
-    let mut conn = schema_at(
-        dir.path(),
-        &path,
-        &[
-            "0001_initial.sql",
-            "0002_leases_pending_notes.sql",
-            "0003_store_identity_create_keys.sql",
-        ],
-    )
-    .await;
+    let mut conn = schema_at(dir.path(), &path, 3).await;
     sqlx::raw_sql(
         "INSERT INTO deployments VALUES ('d', 'wf', 1, 1);
          INSERT INTO runs (deployment, workflow, operation, actor, started_at, finished_at, outcome, counts,
@@ -648,18 +639,7 @@ async fn upgrade_from_schema_v3() {
 async fn upgrade_from_schema_v5() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v5.db");
-    let mut conn = schema_at(
-        dir.path(),
-        &path,
-        &[
-            "0001_initial.sql",
-            "0002_leases_pending_notes.sql",
-            "0003_store_identity_create_keys.sql",
-            "0004_refresh_operation.sql",
-            "0005_run_returns.sql",
-        ],
-    )
-    .await;
+    let mut conn = schema_at(dir.path(), &path, 5).await;
     sqlx::raw_sql(
         "INSERT INTO deployments VALUES ('d', 'wf', 1, 1), ('e', NULL, 1, 1);
          INSERT INTO resources (deployment, step_id, type_name, external_id, desired, actual, depends_on,
