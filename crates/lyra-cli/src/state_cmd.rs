@@ -105,10 +105,11 @@ pub async fn show(a: &args::StateShowArgs, out: Output) -> Result<(), Exit> {
 /// deployment of any size is shown in flat memory. If the store fails part-way, the document
 /// is cut short and the command fails with the store's error.
 async fn show_json(store: Arc<dyn Store>, deployment: &str, url: Option<&str>) -> Result<(), Exit> {
+    // The lease first: the stream holds a read connection until it ends.
+    let lease = store.lease(deployment).await.map_err(state_error)?;
     let Some(stream) = store.records(deployment).await.map_err(state_error)? else {
         return Err(unknown_deployment(store.as_ref(), deployment, url).await);
     };
-    let lease = store.lease(deployment).await.map_err(state_error)?;
     let runtime = tokio::runtime::Handle::current();
     // Serialising is synchronous: on a blocking thread, which waits for each record.
     let written = tokio::task::spawn_blocking(move || {

@@ -174,6 +174,7 @@ impl SqliteStore {
             path: path.to_owned(),
             options: options.clone(),
             idle: Mutex::new(Vec::new()),
+            permits: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1) as usize)),
         });
         let writer = {
             let reads = Arc::clone(&reads);
@@ -218,7 +219,9 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
     {
         let reads = Arc::clone(&self.reads);
+        let permit = reads.permit().await?;
         let read = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let conn = reads.take()?;
             let result = conn.unchecked_transaction().map_err(Error::from).and_then(|tx| {
                 let value = f(&tx)?;
@@ -249,9 +252,19 @@ struct Reads {
     path: PathBuf,
     options: SqliteOptions,
     idle: Mutex<Vec<Connection>>,
+    /// At most [`SqliteOptions::read_connections`] reads at once, so no more connections.
+    permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl Reads {
+    /// Waits for a read's turn.
+    async fn permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Closed)
+    }
+
     /// A connection to the file (which exists: sqlx made it), set up for `role`.
     fn open(&self, role: Role) -> Result<Connection, rusqlite::Error> {
         // Not a URI: the path is used as written. No mutex: one thread uses it at a time.
@@ -293,6 +306,7 @@ impl Reads {
     }
 
     fn close(&self) {
+        self.permits.close();
         self.idle().clear();
     }
 }
@@ -502,11 +516,13 @@ impl Admin for SqliteStore {
         let (head, found) = oneshot::channel::<Result<Option<Option<String>>, Error>>();
         let (records, received) = mpsc::channel(RECORDS_AHEAD);
         let reads = Arc::clone(&self.reads);
+        let permit = reads.permit().await?;
         let name = deployment.to_owned();
         let deployment = name.clone();
         // One read transaction on a blocking thread, which waits while the consumer is
         // behind: no more than `RECORDS_AHEAD` records are ever in memory.
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let mut head = Some(head);
             let read = reads.take().and_then(|conn| {
                 let read = conn.unchecked_transaction().map_err(Error::from).and_then(|tx| {

@@ -205,6 +205,8 @@ pub trait Admin: Send + Sync {
     /// written as it is read, whose memory does not grow with the deployment. `None`: no
     /// such deployment. A failure before the first record (a dropped connection) is retried
     /// where the backend retries reads; a failure after it ends the stream with the error.
+    /// While it reads (until its consumer is within a few dozen records of the end, or drops
+    /// it), the stream holds one of the store's read connections.
     async fn records(&self, deployment: &str) -> Result<Option<RecordStream>, StoreError>;
 
     /// Everything recorded about a deployment, history included, for export.

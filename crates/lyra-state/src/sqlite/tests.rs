@@ -810,3 +810,36 @@ async fn a_column_of_the_wrong_type_is_corrupt() {
     let err = f.store.load("d").await.expect_err("not UTF-8");
     assert_eq!(err.kind, StoreErrorKind::Corrupt, "{err}");
 }
+
+/// Reads at once are bounded by `read_connections`: a read waits while that many streams are
+/// still reading (more records than they read ahead), and goes on once one is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_wait_for_a_free_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = super::SqliteOptions {
+        read_connections: 2,
+        ..Default::default()
+    };
+    let store = SqliteStore::open_with(&dir.path().join("s.db"), &options)
+        .await
+        .expect("open");
+    for i in 0..200 {
+        store
+            .put_resource("d", &c::resource(&format!("r{i:03}")))
+            .await
+            .expect("put");
+    }
+    let one = store.records("d").await.expect("records").expect("d");
+    let two = store.records("d").await.expect("records").expect("d");
+    let waiting = tokio::time::timeout(Duration::from_millis(300), store.load("d")).await;
+    assert!(waiting.is_err(), "a third read ran with two streams open");
+    drop(one);
+    let state = tokio::time::timeout(Duration::from_secs(30), store.load("d"))
+        .await
+        .expect("the read goes on once a stream is dropped")
+        .expect("load")
+        .expect("d");
+    assert_eq!(state.resources.len(), 200);
+    drop(two);
+    store.close().await.expect("close");
+}
