@@ -599,7 +599,10 @@ impl Cx<'_> {
         let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
         let mut child_inputs = Vec::with_capacity(steps.len());
         for (i, child) in steps.iter_mut().enumerate() {
-            child_inputs.push(self.step(child, false));
+            // Kept until the scope is read whole: as an exactly sized list, not the map it
+            // was built in (a B-tree node holds room for eleven names, even for one).
+            let inputs: Vec<(String, Span)> = self.step(child, false).into_iter().collect();
+            child_inputs.push(inputs);
             let produced: Vec<(String, Span)> = match &child.kind {
                 StepKind::Collection { into, .. } => vec![(into.clone(), child.span)],
                 _ => child.returns.iter().map(|r| (r.name.clone(), r.span)).collect(),
@@ -627,7 +630,7 @@ impl Cx<'_> {
         deps.clear();
         for inputs in &child_inputs {
             let mut d = Vec::new();
-            for (n, s) in inputs {
+            for (n, s) in inputs.iter() {
                 match producers.get(n) {
                     Some((Producer::Child(j), _)) => d.push(*j),
                     Some((Producer::Param, _)) => {}
