@@ -154,14 +154,86 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
             let _ = rx.wait_for(|down| *down).await;
         };
         let (reader, trigger_on) = spec_changes(api, (), Arc::clone(&ctx.own));
+        let turns = Turns::new(config.concurrency, reader.clone());
         Controller::for_stream(trigger_on, reader)
-            .with_config(controller::Config::default().concurrency(config.concurrency))
+            .with_config(controller::Config::default().concurrency(0))
             .graceful_shutdown_on(trigger)
-            .run(reconcile, error_policy, Arc::clone(&ctx))
+            .run(
+                move |wf, ctx| {
+                    let turns = turns.clone();
+                    async move {
+                        let Some((_turn, wf)) = turns.take(wf, ()).await else {
+                            return Ok(Action::await_change());
+                        };
+                        Box::pin(reconcile(wf, ctx)).await
+                    }
+                },
+                error_policy,
+                Arc::clone(&ctx),
+            )
             .for_each(|result| async move { log_result(result) })
     });
     futures::future::join_all(controllers).await;
     interrupter.abort();
+}
+
+/// Reconciles at once, handed out in the order they were asked for. kube's own limit parks
+/// the objects waiting for a slot in a hash set, taken in no particular order and scanned
+/// on every poll: under a burst the first object to arrive could be among the last
+/// reconciled, and each start cost a pass over all the waiting. So kube runs every reconcile
+/// at once (it still never runs two of one object) and each waits here, first come first
+/// served, holding only the small future that waits: the reconcile proper is made (and
+/// boxed) once its turn comes.
+pub(crate) struct Turns<K: Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// None: unbounded.
+    permits: Option<Arc<tokio::sync::Semaphore>>,
+    cache: reflector::Store<K>,
+}
+
+impl<K: Resource + 'static> Clone for Turns<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Turns {
+            permits: self.permits.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+}
+
+impl<K> Turns<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// `concurrency` 0: unbounded.
+    pub(crate) fn new(concurrency: u16, cache: reflector::Store<K>) -> Turns<K> {
+        Turns {
+            permits: (concurrency > 0).then(|| Arc::new(tokio::sync::Semaphore::new(concurrency.into()))),
+            cache,
+        }
+    }
+
+    /// Waits for `obj`'s turn; answers the turn (held until dropped) and the object as the
+    /// watch cache has it then, which may be newer than the one queued. None: the object
+    /// went meanwhile.
+    pub(crate) async fn take(
+        &self,
+        obj: Arc<K>,
+        dyntype: K::DynamicType,
+    ) -> Option<(Option<tokio::sync::OwnedSemaphorePermit>, Arc<K>)> {
+        let Some(permits) = &self.permits else {
+            return Some((None, obj));
+        };
+        // Never closed, so this only waits.
+        let turn = Arc::clone(permits).acquire_owned().await.ok();
+        let latest = self.cache.get(&ObjectRef::from_obj_with(obj.as_ref(), dyntype))?;
+        Some((turn, latest))
+    }
 }
 
 /// What the trigger looks at in an object: a change to any of it is a reason to reconcile.
@@ -591,5 +663,72 @@ mod tests {
         // is on, so no later event can be the one expected.
         assert!(!own.is_own(&meta(&[FINALIZER], &[])));
         assert_eq!(own.len(), 0);
+    }
+
+    fn config_map(name: &str, version: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        k8s_openapi::api::core::v1::ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ns".to_owned()),
+                resource_version: Some(version.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn turns_go_first_come_first_served_to_the_latest_object() {
+        let mut writer = reflector::store::Writer::default();
+        for name in ["a", "b", "c", "d"] {
+            writer.apply_watcher_event(&watcher::Event::Apply(config_map(name, "1")));
+        }
+        let turns = Turns::new(1, writer.as_reader());
+        let (first, _) = turns.take(Arc::new(config_map("a", "1")), ()).await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for name in ["d", "b", "c"] {
+            let (turns, order) = (turns.clone(), Arc::clone(&order));
+            waiting.push(tokio::spawn(async move {
+                let (_turn, obj) = turns.take(Arc::new(config_map(name, "1")), ()).await.unwrap();
+                order
+                    .lock()
+                    .unwrap()
+                    .push((obj.name_any(), obj.resource_version().unwrap()));
+            }));
+            // Each queued before the next asks.
+            tokio::task::yield_now().await;
+        }
+        // Changed while it waits: its turn brings the newer object.
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map("b", "2")));
+        drop(first);
+        for w in waiting {
+            w.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        let expected: Vec<(String, String)> = [("d", "1"), ("b", "2"), ("c", "1")]
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(order, expected);
+    }
+
+    #[tokio::test]
+    async fn an_object_gone_while_it_waited_gets_no_turn() {
+        let mut writer = reflector::store::Writer::default();
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map("a", "1")));
+        let turns = Turns::new(1, writer.as_reader());
+        let first = turns.take(Arc::new(config_map("a", "1")), ()).await.unwrap();
+        let waiting = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take(Arc::new(config_map("a", "1")), ()).await.is_none() })
+        };
+        tokio::task::yield_now().await;
+        writer.apply_watcher_event(&watcher::Event::Delete(config_map("a", "1")));
+        drop(first);
+        assert!(waiting.await.unwrap());
+        // Unbounded: no wait and no look at the cache.
+        let unbounded = Turns::new(0, writer.as_reader());
+        assert!(unbounded.take(Arc::new(config_map("z", "1")), ()).await.is_some());
     }
 }

@@ -751,11 +751,24 @@ async fn run_kind(
             let _ = rx.wait_for(|down| *down).await;
         };
         let (reader, trigger_on) = wiring::spec_changes(api, kind.resource.clone(), Arc::clone(&kind.ctx.own));
+        let turns = wiring::Turns::new(config.concurrency, reader.clone());
         Controller::for_stream_with(trigger_on, reader, kind.resource.clone())
-            .with_config(controller::Config::default().concurrency(config.concurrency))
+            .with_config(controller::Config::default().concurrency(0))
             .reconcile_all_on(upgrades)
             .graceful_shutdown_on(trigger)
-            .run(reconcile_instance, instance_error_policy, Arc::clone(&kind))
+            .run(
+                move |obj, kind| {
+                    let turns = turns.clone();
+                    async move {
+                        let Some((_turn, obj)) = turns.take(obj, kind.resource.clone()).await else {
+                            return Ok(Action::await_change());
+                        };
+                        Box::pin(reconcile_instance(obj, kind)).await
+                    }
+                },
+                instance_error_policy,
+                Arc::clone(&kind),
+            )
             .for_each(|result| async move { wiring::log_result(result) })
     });
     futures::future::join_all(controllers).await;
