@@ -41,6 +41,7 @@
 
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::store::{Admin, Fence, Leases};
@@ -58,6 +59,7 @@ use crate::rows::{
 };
 use crate::url::StoreUrl;
 
+mod groups;
 mod records;
 
 /// A deployment joined to its resources in step order: one row per resource, or a row of
@@ -114,6 +116,8 @@ pub struct PostgresStore {
     target: String,
     schema: Option<String>,
     retry_for: Duration,
+    /// Puts waiting to be written together ([`groups`]).
+    groups: groups::Groups,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -239,6 +243,7 @@ impl PostgresStore {
             target,
             schema,
             retry_for: options.retry_for,
+            groups: groups::Groups::default(),
         })
     }
 
@@ -567,6 +572,30 @@ const FENCED_PUT_RESOURCE: &str = fenced!("$13", "$14";
     ")"
 );
 
+/// Puts of one deployment in one statement ([`groups`]): `$1` the deployment, `$2` to `$12`
+/// the other columns as arrays, in [`resource_columns!`]'s order, `$13` the time a new
+/// deployment row is created at; `$14` and `$15` the fence's.
+macro_rules! group_put {
+    ($($fence:literal),*) => {
+        concat!(
+            with_fence!($($fence),*),
+            "d AS (\
+                 INSERT INTO deployments (name, workflow, created_at, updated_at) \
+                 SELECT $1, NULL, $13, $13 WHERE EXISTS (SELECT 1 FROM fence) \
+                 ON CONFLICT (name) DO NOTHING), \
+             w AS (",
+            resource_insert!(),
+            "SELECT $1, g.* FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+                 $7::text[], $8::bool[], $9::bool[], $10::text[], $11::int8[], $12::text[]) AS g \
+             WHERE EXISTS (SELECT 1 FROM fence)",
+            resource_upsert!(),
+            ") SELECT EXISTS (SELECT 1 FROM fence)"
+        )
+    };
+}
+const GROUP_PUT: &str = group_put!();
+const GROUP_PUT_FENCED: &str = group_put!("$14", "$15");
+
 /// `$1` and `$2` are the deployment and step.
 const FENCED_REMOVE_RESOURCE: &str = fenced!("$3", "$4";
     "w AS (DELETE FROM resources WHERE deployment = $1 AND step_id = $2 AND EXISTS (SELECT 1 FROM fence))"
@@ -689,15 +718,76 @@ impl PostgresStore {
         deployment: &str,
         record: &ResourceRecord,
     ) -> Result<(), StoreError> {
-        let row = ResourceRow::new(deployment, record, now_ms())?;
+        let row = Arc::new(ResourceRow::new(deployment, record, now_ms())?);
+        let key = (deployment.to_owned(), fence.map(|f| f.token.clone()));
+        let others = match self.groups.join(&key, &row) {
+            groups::Joined::Lead => Vec::new(),
+            groups::Joined::Wait(told) => match told.await {
+                Ok(groups::Turn::Written) => return Ok(()),
+                Ok(groups::Turn::Lead(others)) => others,
+                // The group failed, or its leader was cancelled.
+                Ok(groups::Turn::Alone) | Err(_) => return Ok(self.put_alone(fence, &row).await?),
+            },
+        };
+        let mut leading = groups::Leading::new(&self.groups, key, others);
+        if leading.others.is_empty() {
+            return Ok(self.put_alone(fence, &row).await?);
+        }
+        let rows = groups::distinct(std::iter::once(&*row).chain(leading.others.iter().map(|q| &*q.row)));
+        self.retry(|_| self.put_group(fence, &rows)).await?;
+        leading.written();
+        Ok(())
+    }
+
+    async fn put_alone(&self, fence: Option<&Fence>, row: &ResourceRow) -> Result<(), Error> {
         self.retry(|_| async {
-            self.write(fence, bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, &row), || {
-                bind_fence(bind_resource(FENCED_PUT_RESOURCE, &row), fence)
+            self.write(fence, bind_resource(PUT_RESOURCE_ENSURING_DEPLOYMENT, row), || {
+                bind_fence(bind_resource(FENCED_PUT_RESOURCE, row), fence)
             })
             .await
         })
-        .await?;
-        Ok(())
+        .await
+    }
+
+    /// The rows (of one deployment, each of another step) in one statement.
+    async fn put_group(&self, fence: Option<&Fence>, rows: &[&ResourceRow]) -> Result<(), Error> {
+        macro_rules! column {
+            ($field:ident) => {
+                rows.iter().map(|r| r.$field.clone()).collect::<Vec<_>>()
+            };
+        }
+        let columns = (
+            column!(step_id),
+            column!(type_name),
+            column!(external_id),
+            column!(desired),
+            column!(actual),
+            column!(depends_on),
+            column!(managed),
+            column!(pending),
+            column!(sensitive),
+            column!(updated_at),
+            column!(create_key),
+        );
+        let c = &columns;
+        let bound = |query: &'static str| {
+            sqlx::query(query)
+                .bind(&rows[0].deployment)
+                .bind(&c.0)
+                .bind(&c.1)
+                .bind(&c.2)
+                .bind(&c.3)
+                .bind(&c.4)
+                .bind(&c.5)
+                .bind(&c.6)
+                .bind(&c.7)
+                .bind(&c.8)
+                .bind(&c.9)
+                .bind(&c.10)
+                .bind(rows[0].updated_at)
+        };
+        self.write(fence, bound(GROUP_PUT), || bind_fence(bound(GROUP_PUT_FENCED), fence))
+            .await
     }
 
     async fn remove_resource_in(

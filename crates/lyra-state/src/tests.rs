@@ -30,6 +30,7 @@ macro_rules! for_each_check {
             history_survives_resource_removal;
             concurrent_puts_all_land(1000);
             concurrent_mixed_writes;
+            concurrent_varied_puts_round_trip;
             pending_round_trip;
             notes_and_operations_round_trip;
             history_keeps_no_credentials;

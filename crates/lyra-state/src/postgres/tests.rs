@@ -297,3 +297,48 @@ async fn undecodable_rows_are_listed_not_fatal() {
     c::damaged_record_is_listed(&store).await;
     store.close().await;
 }
+
+/// Concurrent fenced puts of one run are written together (fewer statements than puts), and
+/// every one of them is committed when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_puts_are_written_together() {
+    let Some(db) = PgTestDb::create("puts_together").await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url()).await.expect("connect");
+    let fence = match store
+        .acquire_lease(&c::lease_request("d", "alice@laptop", "token-t", 60_000))
+        .await
+        .expect("acquire")
+    {
+        crate::LeaseGrant::Acquired(lease) => crate::Fence::from(&lease),
+        crate::LeaseGrant::Held(_) => panic!("lease held"),
+    };
+    let records: Vec<_> = (0..200).map(|i| c::resource(&format!("r{i:03}"))).collect();
+    let others = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(db.server_url())
+        .await
+        .expect("another pool");
+    let puts = records.iter().map(|r| async {
+        store.put_resource_fenced(&fence, r).await.expect("put");
+        // Committed once it returns: another connection sees it.
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM \"{}\".resources WHERE step_id = $1",
+            db.schema()
+        )))
+        .bind(&r.step_id)
+        .fetch_one(&others)
+        .await
+        .expect("count");
+        assert_eq!(n, 1, "{} not committed when its put returned", r.step_id);
+    });
+    futures::future::join_all(puts).await;
+    assert!(
+        store.groups.together.load(Ordering::Relaxed) > 0,
+        "no puts were written together"
+    );
+    assert!(store.groups.is_idle());
+    assert_eq!(store.load("d").await.expect("load").expect("d").resources, records);
+    store.close().await;
+}

@@ -1,0 +1,259 @@
+//! Puts written together. A run's independent steps record their resources at about the
+//! same time; written one statement each they take a pooled connection and a commit (a WAL
+//! flush) apiece, and the connections they wait for are the ones other runs need. So the
+//! puts of one deployment under one fence that arrive while one of theirs is being written
+//! wait for it, and the first of them then writes them all in one statement. A put still
+//! returns only once its own record is committed.
+//!
+//! A put whose group fails for any reason (the lease lost, the server gone, its leader
+//! cancelled) is written again alone, so that each gets its own answer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use crate::rows::ResourceRow;
+
+/// Most puts written in one statement.
+pub(super) const MOST: usize = 64;
+
+/// The deployment, and the fence's token (none: unfenced).
+pub(super) type Key = (String, Option<String>);
+
+/// A put waiting for its group.
+#[derive(Debug)]
+pub(super) struct Queued {
+    pub(super) row: Arc<ResourceRow>,
+    turn: oneshot::Sender<Turn>,
+}
+
+/// What a waiting put is told.
+#[derive(Debug)]
+pub(super) enum Turn {
+    /// Committed with its group.
+    Written,
+    /// Its group failed: it writes itself.
+    Alone,
+    /// It writes these with its own.
+    Lead(Vec<Queued>),
+}
+
+/// The puts waiting, by key. A key present means one of its puts is being written.
+#[derive(Debug, Default)]
+pub(super) struct Groups {
+    waiting: Mutex<HashMap<Key, Vec<Queued>>>,
+    /// Groups of more than one put written.
+    #[cfg(test)]
+    pub(super) together: std::sync::atomic::AtomicUsize,
+}
+
+/// What `join` answers.
+#[derive(Debug)]
+pub(super) enum Joined {
+    /// Nothing of the key is being written: write now.
+    Lead,
+    /// Wait for this.
+    Wait(oneshot::Receiver<Turn>),
+}
+
+impl Groups {
+    pub(super) fn join(&self, key: &Key, row: &Arc<ResourceRow>) -> Joined {
+        let mut groups = self.waiting.lock().expect("put groups lock");
+        match groups.get_mut(key) {
+            None => {
+                groups.insert(key.clone(), Vec::new());
+                Joined::Lead
+            }
+            Some(queue) => {
+                let (turn, told) = oneshot::channel();
+                queue.push(Queued {
+                    row: Arc::clone(row),
+                    turn,
+                });
+                Joined::Wait(told)
+            }
+        }
+    }
+
+    /// The key's writer is done: the first put waiting leads the next group (itself and up
+    /// to [`MOST`] - 1 behind it), or the key is free.
+    fn hand_over(&self, key: &Key) {
+        let mut groups = self.waiting.lock().expect("put groups lock");
+        let Some(queue) = groups.get_mut(key) else { return };
+        loop {
+            if queue.is_empty() {
+                groups.remove(key);
+                return;
+            }
+            let mut group: Vec<Queued> = queue.drain(..queue.len().min(MOST)).collect();
+            let next = group.remove(0);
+            match next.turn.send(Turn::Lead(group)) {
+                Ok(()) => return,
+                // It stopped waiting (cancelled): the rest go back, the next one leads.
+                Err(Turn::Lead(group)) => {
+                    queue.splice(0..0, group);
+                }
+                Err(_) => unreachable!("only a Lead was sent"),
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn is_idle(&self) -> bool {
+        self.waiting.lock().expect("put groups lock").is_empty()
+    }
+}
+
+/// The writing of one group, from its leader. Dropped however the write ended (even
+/// cancelled), it tells the puts it has not answered to write themselves, and hands the key
+/// over.
+#[derive(Debug)]
+pub(super) struct Leading<'a> {
+    groups: &'a Groups,
+    key: Key,
+    pub(super) others: Vec<Queued>,
+}
+
+impl<'a> Leading<'a> {
+    pub(super) fn new(groups: &'a Groups, key: Key, others: Vec<Queued>) -> Leading<'a> {
+        Leading { groups, key, others }
+    }
+
+    /// The group is committed.
+    pub(super) fn written(&mut self) {
+        #[cfg(test)]
+        if !self.others.is_empty() {
+            self.groups.together.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        for queued in self.others.drain(..) {
+            // One that stopped waiting needs no answer.
+            let _ = queued.turn.send(Turn::Written);
+        }
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        for queued in self.others.drain(..) {
+            let _ = queued.turn.send(Turn::Alone);
+        }
+        self.groups.hand_over(&self.key);
+    }
+}
+
+/// The rows of a group to write, the last put of a step winning (puts that wait together
+/// are unordered, so any one of them is a possible last write).
+pub(super) fn distinct<'r>(rows: impl DoubleEndedIterator<Item = &'r ResourceRow>) -> Vec<&'r ResourceRow> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out: Vec<&ResourceRow> = rows.rev().filter(|r| seen.insert(r.step_id.as_str())).collect();
+    out.reverse();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(step: &str) -> Arc<ResourceRow> {
+        Arc::new(ResourceRow {
+            deployment: "d".to_owned(),
+            step_id: step.to_owned(),
+            type_name: "T".to_owned(),
+            external_id: String::new(),
+            desired: "{}".to_owned(),
+            actual: "{}".to_owned(),
+            depends_on: "[]".to_owned(),
+            managed: true,
+            pending: false,
+            sensitive: "[]".to_owned(),
+            updated_at: 0,
+            create_key: None,
+        })
+    }
+
+    fn key() -> Key {
+        ("d".to_owned(), Some("t".to_owned()))
+    }
+
+    fn waiting(joined: Joined) -> oneshot::Receiver<Turn> {
+        match joined {
+            Joined::Wait(rx) => rx,
+            Joined::Lead => panic!("expected to wait"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_waiting_put_leads_the_ones_behind_it() {
+        let groups = Groups::default();
+        assert!(matches!(groups.join(&key(), &row("a")), Joined::Lead));
+        let b = waiting(groups.join(&key(), &row("b")));
+        let c = waiting(groups.join(&key(), &row("c")));
+        // Another fence is another group.
+        assert!(matches!(groups.join(&("d".to_owned(), None), &row("x")), Joined::Lead));
+        drop(Leading::new(&groups, ("d".to_owned(), None), Vec::new()));
+
+        let mut first = Leading::new(&groups, key(), Vec::new());
+        first.written();
+        drop(first);
+        let Turn::Lead(others) = b.await.unwrap() else {
+            panic!("b leads")
+        };
+        assert_eq!(others.len(), 1);
+        assert_eq!(others[0].row.step_id, "c");
+        let mut second = Leading::new(&groups, key(), others);
+        second.written();
+        drop(second);
+        assert!(matches!(c.await.unwrap(), Turn::Written));
+        assert!(groups.is_idle());
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_cancelled_group_leaves_each_put_to_itself() {
+        let groups = Groups::default();
+        assert!(matches!(groups.join(&key(), &row("a")), Joined::Lead));
+        let gone = waiting(groups.join(&key(), &row("b")));
+        let c = waiting(groups.join(&key(), &row("c")));
+        let d = waiting(groups.join(&key(), &row("d")));
+        // b stopped waiting: c leads instead, with d.
+        drop(gone);
+        drop(Leading::new(&groups, key(), Vec::new()));
+        let Turn::Lead(others) = c.await.unwrap() else {
+            panic!("c leads")
+        };
+        assert_eq!(others.len(), 1);
+        // Its write fails (dropped unanswered): d writes alone, and the key is free.
+        drop(Leading::new(&groups, key(), others));
+        assert!(matches!(d.await.unwrap(), Turn::Alone));
+        assert!(groups.is_idle());
+    }
+
+    #[test]
+    fn a_group_has_at_most_most_puts() {
+        let groups = Groups::default();
+        assert!(matches!(groups.join(&key(), &row("lead")), Joined::Lead));
+        let mut waits: Vec<_> = (0..MOST + 5)
+            .map(|i| waiting(groups.join(&key(), &row(&format!("s{i}")))))
+            .collect();
+        drop(Leading::new(&groups, key(), Vec::new()));
+        let Ok(Turn::Lead(others)) = waits.remove(0).try_recv() else {
+            panic!("s0 leads")
+        };
+        assert_eq!(others.len(), MOST - 1);
+        assert_eq!(groups.waiting.lock().unwrap()[&key()].len(), 5);
+    }
+
+    #[test]
+    fn the_last_put_of_a_step_wins() {
+        let (a1, b, a2) = (row("a"), row("b"), row("a"));
+        let mut a2_row = (*a2).clone();
+        a2_row.type_name = "Later".to_owned();
+        let rows = [&*a1, &*b, &a2_row];
+        let kept = distinct(rows.into_iter());
+        let kept: Vec<(&str, &str)> = kept
+            .iter()
+            .map(|r| (r.step_id.as_str(), r.type_name.as_str()))
+            .collect();
+        assert_eq!(kept, [("b", "T"), ("a", "Later")]);
+    }
+}
