@@ -4,8 +4,9 @@
 //! Every write is one autocommit statement (or one transaction where it needs several), so
 //! it is committed when its call returns; with the server's default `synchronous_commit=on`
 //! that means it is on the server's disk. Concurrent calls use separate pooled connections and
-//! never wait on each other except for rows they both touch: runs on different deployments do
-//! not block each other.
+//! never wait on each other except for rows they both touch, and for the puts of one run,
+//! which are written together ([`groups`]): runs on different deployments do not block each
+//! other.
 //!
 //! **Connection faults.** The pool does not ping a connection before handing it out (that
 //! would double the cost of every call); instead a call that fails because the connection or
