@@ -159,15 +159,7 @@ pub async fn run(ctx: Arc<Context>, config: ControllerConfig, shutdown: watch::R
             .with_config(controller::Config::default().concurrency(0))
             .graceful_shutdown_on(trigger)
             .run(
-                move |wf, ctx| {
-                    let turns = turns.clone();
-                    async move {
-                        let Some((_turn, wf)) = turns.take(wf, ()).await else {
-                            return Ok(Action::await_change());
-                        };
-                        Box::pin(reconcile(wf, ctx)).await
-                    }
-                },
+                move |wf, ctx| turns.clone().reconcile(wf, (), ctx, reconcile),
                 error_policy,
                 Arc::clone(&ctx),
             )
@@ -233,6 +225,23 @@ where
         let turn = Arc::clone(permits).acquire_owned().await.ok();
         let latest = self.cache.get(&ObjectRef::from_obj_with(obj.as_ref(), dyntype))?;
         Some((turn, latest))
+    }
+
+    /// `reconcile` of `obj` in its turn; nothing to do for an object gone meanwhile.
+    pub(crate) async fn reconcile<C, Fut>(
+        self,
+        obj: Arc<K>,
+        dyntype: K::DynamicType,
+        ctx: Arc<C>,
+        reconcile: impl FnOnce(Arc<K>, Arc<C>) -> Fut,
+    ) -> Result<Action, Error>
+    where
+        Fut: Future<Output = Result<Action, Error>>,
+    {
+        let Some((_turn, obj)) = self.take(obj, dyntype).await else {
+            return Ok(Action::await_change());
+        };
+        Box::pin(reconcile(obj, ctx)).await
     }
 }
 

@@ -758,13 +758,8 @@ async fn run_kind(
             .graceful_shutdown_on(trigger)
             .run(
                 move |obj, kind| {
-                    let turns = turns.clone();
-                    async move {
-                        let Some((_turn, obj)) = turns.take(obj, kind.resource.clone()).await else {
-                            return Ok(Action::await_change());
-                        };
-                        Box::pin(reconcile_instance(obj, kind)).await
-                    }
+                    let dyntype = kind.resource.clone();
+                    turns.clone().reconcile(obj, dyntype, kind, reconcile_instance)
                 },
                 instance_error_policy,
                 Arc::clone(&kind),
