@@ -723,11 +723,11 @@ impl PostgresStore {
         let key = (deployment.to_owned(), fence.map(|f| f.token.clone()));
         let others = match self.groups.join(&key, &row) {
             groups::Joined::Lead => Vec::new(),
-            groups::Joined::Wait(told) => match told.await {
-                Ok(groups::Turn::Written) => return Ok(()),
-                Ok(groups::Turn::Lead(others)) => others,
+            groups::Joined::Wait(waiting) => match waiting.turn().await {
+                Some(groups::Turn::Written) => return Ok(()),
+                Some(groups::Turn::Lead(others)) => others,
                 // The group failed, or its leader was cancelled.
-                Ok(groups::Turn::Alone) | Err(_) => return Ok(self.put_alone(fence, &row).await?),
+                Some(groups::Turn::Alone) | None => return Ok(self.put_alone(fence, &row).await?),
             },
         };
         let mut leading = groups::Leading::new(&self.groups, key, others);

@@ -50,15 +50,42 @@ pub(super) struct Groups {
 
 /// What `join` answers.
 #[derive(Debug)]
-pub(super) enum Joined {
+pub(super) enum Joined<'a> {
     /// Nothing of the key is being written: write now.
     Lead,
-    /// Wait for this.
-    Wait(oneshot::Receiver<Turn>),
+    /// Wait for the turn.
+    Wait(Waiting<'a>),
+}
+
+/// A put waiting for its turn. Dropped before it took its turn (cancelled), it gives the turn
+/// up: a lead handed to it at that moment would otherwise be lost, and with it the key, whose
+/// later puts would wait for a writer that never comes.
+#[derive(Debug)]
+pub(super) struct Waiting<'a> {
+    groups: &'a Groups,
+    key: Key,
+    told: oneshot::Receiver<Turn>,
+}
+
+impl Waiting<'_> {
+    /// None: the leader went without an answer (its future dropped).
+    pub(super) async fn turn(mut self) -> Option<Turn> {
+        (&mut self.told).await.ok()
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        // No turn can come after this; one that came and was not taken is passed on.
+        self.told.close();
+        if let Ok(Turn::Lead(group)) = self.told.try_recv() {
+            drop(Leading::new(self.groups, self.key.clone(), group));
+        }
+    }
 }
 
 impl Groups {
-    pub(super) fn join(&self, key: &Key, row: &Arc<ResourceRow>) -> Joined {
+    pub(super) fn join(&self, key: &Key, row: &Arc<ResourceRow>) -> Joined<'_> {
         let mut groups = self.waiting.lock().expect("put groups lock");
         match groups.get_mut(key) {
             None => {
@@ -71,7 +98,11 @@ impl Groups {
                     row: Arc::clone(row),
                     turn,
                 });
-                Joined::Wait(told)
+                Joined::Wait(Waiting {
+                    groups: self,
+                    key: key.clone(),
+                    told,
+                })
             }
         }
     }
@@ -176,9 +207,9 @@ mod tests {
         ("d".to_owned(), Some("t".to_owned()))
     }
 
-    fn waiting(joined: Joined) -> oneshot::Receiver<Turn> {
+    fn waiting(joined: Joined<'_>) -> Waiting<'_> {
         match joined {
-            Joined::Wait(rx) => rx,
+            Joined::Wait(waiting) => waiting,
             Joined::Lead => panic!("expected to wait"),
         }
     }
@@ -196,7 +227,7 @@ mod tests {
         let mut first = Leading::new(&groups, key(), Vec::new());
         first.written();
         drop(first);
-        let Turn::Lead(others) = b.await.unwrap() else {
+        let Some(Turn::Lead(others)) = b.turn().await else {
             panic!("b leads")
         };
         assert_eq!(others.len(), 1);
@@ -204,7 +235,7 @@ mod tests {
         let mut second = Leading::new(&groups, key(), others);
         second.written();
         drop(second);
-        assert!(matches!(c.await.unwrap(), Turn::Written));
+        assert!(matches!(c.turn().await, Some(Turn::Written)));
         assert!(groups.is_idle());
     }
 
@@ -218,13 +249,13 @@ mod tests {
         // b stopped waiting: c leads instead, with d.
         drop(gone);
         drop(Leading::new(&groups, key(), Vec::new()));
-        let Turn::Lead(others) = c.await.unwrap() else {
+        let Some(Turn::Lead(others)) = c.turn().await else {
             panic!("c leads")
         };
         assert_eq!(others.len(), 1);
         // Its write fails (dropped unanswered): d writes alone, and the key is free.
         drop(Leading::new(&groups, key(), others));
-        assert!(matches!(d.await.unwrap(), Turn::Alone));
+        assert!(matches!(d.turn().await, Some(Turn::Alone)));
         assert!(groups.is_idle());
     }
 
@@ -236,11 +267,26 @@ mod tests {
             .map(|i| waiting(groups.join(&key(), &row(&format!("s{i}")))))
             .collect();
         drop(Leading::new(&groups, key(), Vec::new()));
-        let Ok(Turn::Lead(others)) = waits.remove(0).try_recv() else {
+        let Ok(Turn::Lead(others)) = waits.remove(0).told.try_recv() else {
             panic!("s0 leads")
         };
         assert_eq!(others.len(), MOST - 1);
         assert_eq!(groups.waiting.lock().unwrap()[&key()].len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_lead_handed_to_a_put_cancelled_meanwhile_is_passed_on() {
+        let groups = Groups::default();
+        assert!(matches!(groups.join(&key(), &row("a")), Joined::Lead));
+        let b = waiting(groups.join(&key(), &row("b")));
+        let c = waiting(groups.join(&key(), &row("c")));
+        // b is handed the lead (with c behind it), then dropped before it looked.
+        drop(Leading::new(&groups, key(), Vec::new()));
+        drop(b);
+        // c is not left waiting, and the key is free for the next put.
+        assert!(matches!(c.turn().await, Some(Turn::Alone)));
+        assert!(groups.is_idle());
+        assert!(matches!(groups.join(&key(), &row("e")), Joined::Lead));
     }
 
     #[test]
