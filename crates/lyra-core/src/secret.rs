@@ -158,11 +158,11 @@ impl Secrets {
         for c in &mut step.changes {
             self.redact_change(c);
         }
-        if let Some(e) = &mut step.error {
-            *e = self.scrub(e);
-        }
-        if let Some(x) = &mut step.external_id {
-            *x = self.scrub(x);
+        // In place: a run reports every step twice over, and most texts hold no secret.
+        for text in [&mut step.error, &mut step.external_id].into_iter().flatten() {
+            if self.needles.iter().any(|(_, n)| text.contains(n.as_str())) {
+                *text = self.scrub(text);
+            }
         }
     }
 
@@ -183,12 +183,14 @@ impl Secrets {
 fn record_secret_names(rec: &ResourceRecord, schema: Option<&ResourceSchema>) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = rec.sensitive.iter().cloned().collect();
     if let Some(schema) = schema {
+        // By the schema's secret attributes, usually none: every record of a run is asked.
         names.extend(
-            rec.desired
-                .keys()
-                .chain(rec.actual.keys())
-                .filter(|k| schema.is_secret(k))
-                .cloned(),
+            schema
+                .attributes
+                .iter()
+                .filter(|a| a.is_secret())
+                .filter(|a| rec.desired.contains_key(&a.name) || rec.actual.contains_key(&a.name))
+                .map(|a| a.name.clone()),
         );
     }
     names

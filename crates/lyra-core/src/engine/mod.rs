@@ -21,11 +21,12 @@ mod diff;
 mod drift;
 mod error;
 mod hints;
+mod prior;
 mod resource;
 mod schedule;
 mod target;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -51,6 +52,7 @@ pub use diff::{PathChange, change_paths};
 pub use drift::{DriftChange, DriftReport, DriftStatus, PENDING, ResourceDrift};
 use error::{StepError, type_error_text};
 pub use hints::Hints;
+use prior::{Claims, Prior};
 pub use target::{covers as target_covers, step_names as target_names};
 
 /// Progress notifications, for live output.
@@ -125,11 +127,10 @@ impl Val {
     }
 }
 
-/// The maps the engine builds and reads for every step (variables, records, step ids):
+/// The maps the engine builds and reads for every step (its variables):
 /// foldhash rather than SipHash, several times cheaper on short keys. It is seeded at random
 /// per process, so keys from a workflow cannot be chosen to collide.
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 
 type Env = FastMap<String, Val>;
 
@@ -141,19 +142,6 @@ enum Done {
     Skipped,
 }
 
-/// Which recorded resources this run accounts for; the rest are garbage.
-#[derive(Default)]
-struct Claims {
-    ids: FastSet<String>,
-    prefixes: Vec<String>,
-}
-
-impl Claims {
-    fn covers(&self, id: &str) -> bool {
-        self.ids.contains(id) || self.prefixes.iter().any(|p| id.starts_with(p.as_str()))
-    }
-}
-
 /// One plan, apply or delete: what every step of it shares.
 struct Run<'e, 'a> {
     engine: &'e Engine<'a>,
@@ -161,7 +149,7 @@ struct Run<'e, 'a> {
     program: &'e Program,
     deployment: &'e str,
     data: &'e Map,
-    prior: FastMap<String, ResourceRecord>,
+    prior: Prior,
     /// The run in the history (`None` in plan mode): new creates' idempotency keys are scoped
     /// to it.
     run_id: Option<RunId>,
@@ -254,10 +242,11 @@ impl<'a> Engine<'a> {
         let root = &program.main.root;
         let env = self.top_params(root, data)?;
         let configs = self.provider_configs(&program.main, &env)?;
-        let prior: FastMap<String, ResourceRecord> = self
-            .readable(deployment, self.store.load(deployment).await?)?
-            .map(|d| d.resources.into_iter().map(|r| (r.step_id.clone(), r)).collect())
-            .unwrap_or_default();
+        let prior = Prior::new(
+            self.readable(deployment, self.store.load(deployment).await?)?
+                .map(|d| d.resources)
+                .unwrap_or_default(),
+        );
         let workflow = Some(program.main.name.clone());
         let run_id = self
             .begin(mode == Mode::Apply, Operation::Apply, deployment, &workflow, actor)
@@ -267,7 +256,7 @@ impl<'a> Engine<'a> {
         if !targets.is_empty() {
             run.partial = Some(format!("only {} and what it depends on", targets.join(", ")));
         }
-        run.remember_records(run.prior.values());
+        run.remember_records(run.prior.iter());
         for v in config::secret_values(&run.configs) {
             run.remember(&v);
         }
@@ -311,14 +300,7 @@ impl<'a> Engine<'a> {
         if !cancelled && run.partial.is_none() {
             let garbage: Vec<ResourceRecord> = {
                 let claims = run.claims.lock().expect("claims lock");
-                let mut g: Vec<ResourceRecord> = run
-                    .prior
-                    .values()
-                    .filter(|r| !claims.covers(&r.step_id))
-                    .cloned()
-                    .collect();
-                g.sort_by(|a, b| a.step_id.cmp(&b.step_id));
-                g
+                claims.unclaimed(&run.prior).cloned().collect()
             };
             if !run.delete_all(garbage).await {
                 failed = true;
@@ -390,7 +372,7 @@ impl<'a> Engine<'a> {
             workflows: HashMap::new(),
         };
         let empty = Map::new();
-        let mut run = Run::new(self, mode, &program, deployment, &empty, FastMap::default(), run_id);
+        let mut run = Run::new(self, mode, &program, deployment, &empty, Prior::new(Vec::new()), run_id);
         run.remember_records(state.resources.iter());
         let records = if targets.is_empty() {
             state.resources
@@ -601,10 +583,18 @@ impl<'e, 'a> Run<'e, 'a> {
         program: &'e Program,
         deployment: &'e str,
         data: &'e Map,
-        prior: FastMap<String, ResourceRecord>,
+        prior: Prior,
         run_id: Option<RunId>,
     ) -> Self {
+        // A report for each recorded resource, and usually each step: reserved, as growing
+        // a vector of 10,000 reports moved them all several times.
+        let top = match &program.main.root.kind {
+            StepKind::Workflow { steps, .. } => steps.len(),
+            _ => 1,
+        };
+        let reports = Vec::with_capacity(prior.len().max(top));
         Run {
+            claims: Mutex::new(Claims::new(&prior)),
             engine,
             mode,
             program,
@@ -613,8 +603,7 @@ impl<'e, 'a> Run<'e, 'a> {
             prior,
             run_id,
             sem: async_lock::Semaphore::new(engine.concurrency.max(1)),
-            reports: Mutex::new(Vec::new()),
-            claims: Mutex::new(Claims::default()),
+            reports: Mutex::new(reports),
             fatal: Mutex::new(None),
             secrets: Mutex::new(Secrets::default()),
             configs: config::Configs::default(),
@@ -722,16 +711,16 @@ impl<'e, 'a> Run<'e, 'a> {
         self.reports.lock().expect("reports lock").push(r);
     }
 
-    fn claim(&self, id: &str) {
-        self.claims.lock().expect("claims lock").ids.insert(id.to_owned());
+    /// Accounts for step `id`; answers its record, if it has one.
+    fn claim(&self, id: &str) -> Option<&ResourceRecord> {
+        let at = self.prior.position(id)?;
+        self.claims.lock().expect("claims lock").claim(at);
+        self.prior.at(at)
     }
 
     /// Accounts for everything under a composite step that did not run to completion.
     fn claim_subtree(&self, id: &str) {
-        let mut c = self.claims.lock().expect("claims lock");
-        c.ids.insert(id.to_owned());
-        c.prefixes
-            .push(if id.is_empty() { String::new() } else { format!("{id}/") });
+        self.claims.lock().expect("claims lock").claim_subtree(&self.prior, id);
     }
 
     fn group_report(&self, id: &str, status: Status, error: Option<String>, started: Instant) {
@@ -751,7 +740,7 @@ impl<'e, 'a> Run<'e, 'a> {
     fn fail_step(&self, at: &At<'_>, e: StepError) -> Done {
         let action = match &at.step.kind {
             // What was being attempted: creating it, or changing the recorded one.
-            StepKind::Resource { .. } if self.prior.contains_key(at.id) => Action::Update,
+            StepKind::Resource { .. } if self.prior.contains(at.id) => Action::Update,
             StepKind::Resource { .. } => Action::Create,
             _ => Action::Group,
         };

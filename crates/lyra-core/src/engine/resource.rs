@@ -111,7 +111,7 @@ impl Run<'_, '_> {
         else {
             unreachable!("resource step")
         };
-        self.claim(&id);
+        let prior = self.claim(&id);
         let providers = self.engine.providers;
         let (Some(schema), Some(provider)) = (providers.schemas().get(type_name), providers.get(type_name)) else {
             let e = StepError::NoProvider {
@@ -135,7 +135,6 @@ impl Run<'_, '_> {
             return self.skip_step(step, &id, CANCELLED);
         }
         self.engine.observer.step_started(&id, type_name);
-        let prior = self.prior.get(&id);
         // The key of this step's create: a pending record's own (its create may have
         // happened), else a new one of this run's, so nothing made for a forgotten record is
         // ever adopted. `None` only in plan mode, which creates nothing.

@@ -121,6 +121,9 @@ impl Run<'_, '_> {
         // Whether each child ended badly (failed or skipped).
         let mut bad = vec![false; n];
         let mut all_ok = true;
+        // Each child produces its names into `vars`: room for one each, as growing a map of
+        // 10,000 moved them all several times.
+        vars.reserve(n);
         let mut running = FuturesUnordered::new();
         let mut ready: Vec<usize> = (0..n).filter(|i| waiting[*i] == 0).collect();
         loop {
