@@ -1354,53 +1354,47 @@ impl Runtime {
         }
     }
 
-    /// An event per resource the run changed (or failed to), up to the configured cap.
+    /// The run's resource changes as events: one per kind of change (created, updated,
+    /// replaced, deleted) naming its resources, as many as an event's note holds, and one
+    /// warning per failed step, up to the configured cap. An event per changed resource made
+    /// each run of ten steps ten API writes dearer, the slowest part of a reconcile.
     async fn step_events(&self, reporter: &dyn Reporter, report: &Report) {
-        let mut notes: Vec<Note> = report
-            .steps
-            .iter()
-            .filter(|s| s.type_name.is_some())
-            .filter_map(|s| {
-                let what = format!(
-                    "{} {}{}",
-                    s.type_name.as_deref().unwrap_or_default(),
-                    s.id,
-                    s.external_id
-                        .as_deref()
-                        .map(|id| format!(" ({id})"))
-                        .unwrap_or_default()
-                );
-                let n = match (s.status, s.action) {
-                    (Status::Failed, _) => note(
-                        true,
-                        Reason::StepFailed,
-                        action_word(s.action),
-                        format!("{what}: {}", s.error.as_deref().unwrap_or("failed")),
-                    ),
-                    (Status::Done, Action::Create) => note(false, Reason::Created, "Create", what),
-                    (Status::Done, Action::Update) => note(false, Reason::Updated, "Update", what),
-                    (Status::Done, Action::Replace) => note(false, Reason::Replaced, "Replace", what),
-                    (Status::Done, Action::Delete) => note(false, Reason::Deleted, "Delete", what),
-                    _ => return None,
-                };
-                Some(Note {
+        let resources = || report.steps.iter().filter(|s| s.type_name.is_some());
+        for (action, reason) in [
+            (Action::Create, Reason::Created),
+            (Action::Update, Reason::Updated),
+            (Action::Replace, Reason::Replaced),
+            (Action::Delete, Reason::Deleted),
+        ] {
+            let done: Vec<String> = resources()
+                .filter(|s| s.status == Status::Done && s.action == action)
+                .map(resource_text)
+                .collect();
+            if !done.is_empty() {
+                let message = listed(&done, crate::events::NOTE_LIMIT);
+                reporter
+                    .publish(note(false, reason, action_word(action), message))
+                    .await;
+            }
+        }
+        let failed: Vec<&StepReport> = resources().filter(|s| s.status == Status::Failed).collect();
+        let extra = failed.len().saturating_sub(self.settings.max_step_events);
+        for s in failed.into_iter().take(self.settings.max_step_events) {
+            let message = format!("{}: {}", resource_text(s), s.error.as_deref().unwrap_or("failed"));
+            reporter
+                .publish(Note {
                     resource: Some((s.type_name.clone().unwrap_or_default(), s.id.clone())),
-                    ..n
+                    ..note(true, Reason::StepFailed, action_word(s.action), message)
                 })
-            })
-            .collect();
-        let extra = notes.len().saturating_sub(self.settings.max_step_events);
-        notes.truncate(self.settings.max_step_events);
-        for n in notes {
-            reporter.publish(n).await;
+                .await;
         }
         if extra > 0 {
             reporter
                 .publish(note(
-                    false,
+                    true,
                     Reason::MoreChanges,
                     "Apply",
-                    format!("and {extra} more resource changes"),
+                    format!("and {extra} more failed steps"),
                 ))
                 .await;
         }
@@ -1839,6 +1833,39 @@ fn note(warning: bool, reason: Reason, action: &str, message: String) -> Note {
         message,
         resource: None,
     }
+}
+
+/// A resource of a run's report as events name it: type, step id and external id.
+fn resource_text(s: &StepReport) -> String {
+    let mut text = format!("{} {}", s.type_name.as_deref().unwrap_or_default(), s.id);
+    if let Some(id) = &s.external_id {
+        text.push_str(&format!(" ({id})"));
+    }
+    text
+}
+
+/// `items` counted and listed, as many as fit in `limit` bytes; the rest counted.
+fn listed(items: &[String], limit: usize) -> String {
+    let mut text = format!("{} resource{}: ", items.len(), if items.len() == 1 { "" } else { "s" });
+    // Room kept for the longest tail, ", and 99999 more".
+    let room = limit.saturating_sub(24);
+    for (i, item) in items.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        if text.len() + sep.len() + item.len() > room {
+            let left = items.len() - i;
+            if i == 0 {
+                return format!(
+                    "{left} resource{}, named too long to list",
+                    if left == 1 { "" } else { "s" }
+                );
+            }
+            text.push_str(&format!(", and {left} more"));
+            return text;
+        }
+        text.push_str(sep);
+        text.push_str(item);
+    }
+    text
 }
 
 fn action_word(a: Action) -> &'static str {

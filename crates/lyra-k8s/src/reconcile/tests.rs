@@ -166,7 +166,13 @@ async fn applies_reports_and_then_leaves_an_applied_object_alone() {
     let running = r.statuses.lock().unwrap()[0].clone();
     assert_eq!(running.phase, Some(Phase::Applying));
     assert_eq!(running.lease_holder.as_deref(), Some("controller/ns/x"));
-    assert_eq!(r.reasons(), ["Applying", "Created", "Created", "Applied"]);
+    // One event for the resources it created, naming them; not one each.
+    assert_eq!(r.reasons(), ["Applying", "Created", "Applied"]);
+    let created = r.notes.lock().unwrap()[1].message.clone();
+    assert!(
+        created.starts_with("2 resources: ") && created.contains(" first") && created.contains(" second"),
+        "{created}"
+    );
 
     // The shared state has it, under the object's key, with its lease released.
     let state = h.store.load("k8s/ns/x").await.unwrap().unwrap();
@@ -421,7 +427,7 @@ async fn only_a_run_that_takes_a_while_shows_in_the_status() {
     assert_eq!(r.writes(), 1, "{:?}", r.statuses.lock().unwrap());
     let s = r.last();
     assert!(s.phase == Some(Phase::Ready) && s.lease_holder.is_none(), "{s:?}");
-    assert_eq!(r.reasons(), ["Applying", "Created", "Created", "Applied"]);
+    assert_eq!(r.reasons(), ["Applying", "Created", "Applied"]);
     // A slow one shows while it runs.
     let mut slow = job("slow", "unused", 1, json!({}));
     slow.workflow = Ok(WorkflowRef::Inline {
@@ -845,3 +851,18 @@ async fn input_that_is_not_there_yet_is_retried_not_stalled() {
 
 mod approval;
 mod drift_policy;
+
+#[test]
+fn changed_resources_are_listed_as_far_as_the_note_holds() {
+    let items: Vec<String> = (0..200).map(|i| format!("Null::Resource s{i} (id-{i})")).collect();
+    let text = listed(&items, crate::events::NOTE_LIMIT);
+    assert!(text.len() <= crate::events::NOTE_LIMIT, "{}", text.len());
+    assert!(
+        text.starts_with("200 resources: Null::Resource s0 (id-0), Null::Resource s1"),
+        "{text}"
+    );
+    let shown = text.matches("Null::Resource").count();
+    assert!(text.ends_with(&format!(", and {} more", 200 - shown)), "{text}");
+    assert_eq!(listed(&items[..1], 1024), "1 resource: Null::Resource s0 (id-0)");
+    assert_eq!(listed(&["x".repeat(2000)], 1024), "1 resource, named too long to list");
+}
