@@ -315,10 +315,10 @@ pub struct Settings {
     pub idle_requeue: Duration,
     /// At most this many per-resource events per run (the rest are summarised).
     pub max_step_events: usize,
-    /// A run shows in the status (phase Applying or Deleting, the lease holder) once it has
-    /// taken this long; one that ends sooner goes straight from the status before it to its
-    /// outcome, which spares a status write (and the watch event it makes) per run. Zero:
-    /// always shown, before the run starts.
+    /// A run shows in the status (phase Applying or Deleting, the lease holder) and in a
+    /// start event once it has taken this long; one that ends sooner goes straight from the
+    /// status before it to its outcome, which spares a status write (and the watch event it
+    /// makes) and an event per run. Zero: always shown, before the run starts.
     pub show_run_after: Duration,
     /// This replica's name (`--identity`), added to the lease owner so that a refusal
     /// names the replica holding the lease (`controller/<ns>/<name>@<instance>`).
@@ -1154,10 +1154,11 @@ impl Runtime {
         }
     }
 
-    /// Runs `run`, an engine call under `leased`, after its start event. The status shows it
-    /// (see [`Settings::show_run_after`]) before it starts, or once it has taken that long:
-    /// then its write goes on while the run does, and a failed write is only logged, since
-    /// the run's outcome is written next anyway.
+    /// Runs `run`, an engine call under `leased`. The status and a start event show it (see
+    /// [`Settings::show_run_after`]) before it starts, or once it has taken that long: then
+    /// its write goes on while the run does, and a failed write is only logged, since the
+    /// run's outcome is written next anyway. A quick run has no start event: the events of
+    /// its outcome follow at once and say what it did.
     #[expect(clippy::too_many_arguments, reason = "the parts of a run's start, each needed")]
     async fn running<T>(
         &self,
@@ -1184,12 +1185,12 @@ impl Runtime {
             t.reporter.publish(note(false, reason, action, message)).await;
             return Ok(run.await);
         }
-        t.reporter.publish(note(false, reason, action, message)).await;
         let mut run = std::pin::pin!(run);
         if let Ok(done) = tokio::time::timeout(self.settings.show_run_after, &mut run).await {
             return Ok(done);
         }
         show(t);
+        t.reporter.publish(note(false, reason, action, message)).await;
         let (done, shown) = tokio::join!(run, t.flush());
         if let Err(e) = shown {
             tracing::warn!(deployment = %job.key.deployment(), error = %e, "could not show the run in the status");
