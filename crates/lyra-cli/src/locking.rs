@@ -38,6 +38,8 @@ where
         operation: operation.to_owned(),
         ttl: lock.lease_ttl,
         wait: lock.lock_timeout,
+        // Some commands record more than one run under one lease (a refresh, then an apply).
+        release_at_finish: false,
     };
     let on_wait = |holder: &Lease| {
         warn(&format!(

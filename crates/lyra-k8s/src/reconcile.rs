@@ -1232,6 +1232,8 @@ impl Runtime {
             operation: operation.to_owned(),
             ttl: self.settings.lease_ttl,
             wait: None,
+            // An apply or a delete records one run and writes nothing after it.
+            release_at_finish: true,
         };
         let ran = lease::run_under_lease(&self.store, &job.key.deployment(), &options, cancel, |_| {}, run)
             .await

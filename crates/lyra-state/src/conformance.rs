@@ -930,6 +930,58 @@ pub async fn stale_lease_writes_are_refused(store: &dyn Store) {
     assert_eq!(load(store, "e").await.resources, vec![resource("x")]);
 }
 
+/// A finish that releases its lease ([`crate::FencedWrites::finish_run_and_release`]): a
+/// refused or failed finish releases nothing; one that lands records the end and, where
+/// the store says it released, frees the lease, after which writes under it are refused;
+/// where it says not, the lease is still held.
+pub async fn finish_and_release(store: &dyn Store) {
+    let lease = acquired(store, &lease_request("d", "alice@laptop", "token-a", 60_000)).await;
+    let fence = Fence::from(&lease);
+    let run = store.begin_run_fenced(&fence, &apply("d", "wf")).await.expect("begin");
+    store.put_resource_fenced(&fence, &resource("a")).await.expect("put");
+    let ended = end(Outcome::Succeeded);
+    let unknown = store
+        .finish_run_and_release(&fence, run + 1000, &ended)
+        .await
+        .expect_err("an unknown run");
+    assert_ne!(unknown.kind, StoreErrorKind::LeaseLost, "{unknown}");
+    let stale = Fence {
+        token: "token-stale".to_owned(),
+        ..fence.clone()
+    };
+    let refused = store
+        .finish_run_and_release(&stale, run, &ended)
+        .await
+        .expect_err("a fence that is not the lease's");
+    assert_eq!(refused.kind, StoreErrorKind::LeaseLost, "{refused}");
+    assert_eq!(
+        store.lease("d").await.expect("lease").map(|l| l.owner),
+        Some("alice@laptop".to_owned()),
+        "a refused finish released the lease"
+    );
+    assert_eq!(store.history("d").await.expect("history")[0].outcome, None);
+
+    let released = store.finish_run_and_release(&fence, run, &ended).await.expect("finish");
+    assert_eq!(
+        store.history("d").await.expect("history")[0].outcome,
+        Some(Outcome::Succeeded)
+    );
+    let holder = store.lease("d").await.expect("lease").map(|l| l.owner);
+    if released {
+        assert_eq!(holder, None, "said released, still held");
+        let e = store
+            .put_resource_fenced(&fence, &resource("b"))
+            .await
+            .expect_err("a write after the release");
+        assert_eq!(e.kind, StoreErrorKind::LeaseLost, "{e}");
+        assert!(!store.release_lease(&lease).await.expect("release"), "released twice");
+    } else {
+        assert_eq!(holder, Some("alice@laptop".to_owned()), "said held, released");
+        assert!(store.release_lease(&lease).await.expect("release"));
+    }
+    assert_eq!(load(store, "d").await.resources, vec![resource("a")]);
+}
+
 /// Fenced writes made at once (one batch on SQLite): under a lost lease each is refused alone,
 /// writing nothing, while those under the current lease in the same moment all land, and a
 /// refused put into a deployment that does not exist yet does not make it.

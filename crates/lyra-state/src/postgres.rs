@@ -822,42 +822,20 @@ impl PostgresStore {
             ($condition:expr $(, $fence:literal)*) => {
                 concat!(
                     with_fence!($($fence),*),
-                    "u AS (\
-                         UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
-                                         note = $7, returns = $8 \
-                         WHERE id = $1 AND ",
-                    $condition,
-                    " AND EXISTS (SELECT 1 FROM fence) RETURNING 1) \
-                     SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM u), \
+                    finish_update!($condition),
+                    " SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM u), \
                             EXISTS (SELECT 1 FROM runs WHERE id = $1)"
                 )
-            };
-        }
-        // A retry also accepts a run already finished with exactly these values: the
-        // previous attempt's commit may have succeeded with its answer lost.
-        macro_rules! retried {
-            () => {
-                "(finished_at IS NULL OR (finished_at = $2 AND outcome = $3 \
-                       AND counts = $4 AND changes = $5 AND error IS NOT DISTINCT FROM $6 \
-                       AND note IS NOT DISTINCT FROM $7 AND returns IS NOT DISTINCT FROM $8))"
             };
         }
         self.retry(|attempt| async move {
             let query = match (attempt == 0, fence.is_some()) {
                 (true, true) => finish_run!("finished_at IS NULL", "$9", "$10"),
                 (true, false) => finish_run!("finished_at IS NULL"),
-                (false, true) => finish_run!(retried!(), "$9", "$10"),
-                (false, false) => finish_run!(retried!()),
+                (false, true) => finish_run!(retried_end!(), "$9", "$10"),
+                (false, false) => finish_run!(retried_end!()),
             };
-            let (held, finished, exists): (bool, bool, bool) = sqlx::query_as(query)
-                .bind(end.id)
-                .bind(end.finished_at)
-                .bind(end.outcome)
-                .bind(&end.counts)
-                .bind(&end.changes)
-                .bind(&end.error)
-                .bind(&end.note)
-                .bind(&end.returns)
+            let (held, finished, exists): (bool, bool, bool) = bind_end(sqlx::query_as(query), end)
                 .bind(fence.map(|f| f.deployment.as_str()))
                 .bind(fence.map(|f| f.token.as_str()))
                 .fetch_one(&self.pool)
@@ -872,6 +850,104 @@ impl PostgresStore {
         .await?;
         Ok(())
     }
+
+    /// The finish of a run and the release of its lease, one statement: the lease row the
+    /// fence locks is deleted only if the run was finished by it.
+    async fn finish_run_and_release_in(&self, fence: &Fence, run: RunId, end: &RunEnd) -> Result<bool, StoreError> {
+        let end = RunEndRow::new(run, end, now_ms())?;
+        let end = &end;
+        macro_rules! finish_and_release {
+            ($condition:expr) => {
+                concat!(
+                    with_fence!("$9", "$10"),
+                    finish_update!($condition),
+                    ", r AS (DELETE FROM leases WHERE deployment = $9 AND token = $10 \
+                             AND EXISTS (SELECT 1 FROM u) RETURNING 1) \
+                     SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM u), \
+                            EXISTS (SELECT 1 FROM runs WHERE id = $1), EXISTS (SELECT 1 FROM r), \
+                            EXISTS (SELECT 1 FROM runs WHERE id = $1 AND ",
+                    same_end!(),
+                    ")"
+                )
+            };
+        }
+        let released = self
+            .retry(|attempt| async move {
+                let query = if attempt == 0 {
+                    finish_and_release!("finished_at IS NULL")
+                } else {
+                    finish_and_release!(retried_end!())
+                };
+                let (held, finished, exists, released, same): (bool, bool, bool, bool, bool) =
+                    bind_end(sqlx::query_as(query), end)
+                        .bind(fence.deployment.as_str())
+                        .bind(fence.token.as_str())
+                        .fetch_one(&self.pool)
+                        .await?;
+                match (held, finished, exists) {
+                    (true, true, _) => Ok(released),
+                    // A retry whose first attempt committed, its answer lost: that attempt
+                    // finished the run with exactly this end, and released the lease with it.
+                    (false, _, _) if attempt > 0 && same => Ok(true),
+                    (false, _, _) => Err(Error::LeaseLost(fence.deployment.clone())),
+                    (true, false, true) => Err(Error::RunAlreadyFinished(end.id)),
+                    (true, false, false) => Err(Error::UnknownRun(end.id)),
+                }
+            })
+            .await?;
+        Ok(released)
+    }
+}
+
+/// The `u` CTE of a statement that finishes a run under the `fence` CTE: `$1` the run,
+/// `$2` to `$8` its end ([`bind_end`]), written where `condition` holds.
+macro_rules! finish_update {
+    ($condition:expr) => {
+        concat!(
+            "u AS (\
+                 UPDATE runs SET finished_at = $2, outcome = $3, counts = $4, changes = $5, error = $6, \
+                                 note = $7, returns = $8 \
+                 WHERE id = $1 AND ",
+            $condition,
+            " AND EXISTS (SELECT 1 FROM fence) RETURNING 1)"
+        )
+    };
+}
+use finish_update;
+
+/// A run already finished with exactly the end `$2` to `$8`.
+macro_rules! same_end {
+    () => {
+        "(finished_at = $2 AND outcome = $3 AND counts = $4 AND changes = $5 \
+          AND error IS NOT DISTINCT FROM $6 AND note IS NOT DISTINCT FROM $7 \
+          AND returns IS NOT DISTINCT FROM $8)"
+    };
+}
+use same_end;
+
+/// What a retried finish accepts: an unfinished run, or one already finished with exactly
+/// this end (the previous attempt's commit may have succeeded with its answer lost).
+macro_rules! retried_end {
+    () => {
+        concat!("(finished_at IS NULL OR ", same_end!(), ")")
+    };
+}
+use retried_end;
+
+/// Binds a run's end, `$1` to `$8` of a statement built on [`finish_update!`].
+fn bind_end<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    end: &'q RunEndRow,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    query
+        .bind(end.id)
+        .bind(end.finished_at)
+        .bind(end.outcome)
+        .bind(&end.counts)
+        .bind(&end.changes)
+        .bind(&end.error)
+        .bind(&end.note)
+        .bind(&end.returns)
 }
 
 #[async_trait]

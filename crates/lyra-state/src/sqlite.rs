@@ -477,6 +477,13 @@ impl SqliteStore {
         self.writer.submit_fenced(Op::FinishRun(row), fence.cloned()).await?;
         Ok(())
     }
+
+    /// No release of its own: a release is a write to the local file, which the writer
+    /// commits with whatever else is queued, so there is no round trip to spare.
+    async fn finish_run_and_release_in(&self, fence: &Fence, run: RunId, end: &RunEnd) -> Result<bool, StoreError> {
+        self.finish_run_in(Some(fence), run, end).await?;
+        Ok(false)
+    }
 }
 
 /// The runs of a deployment, oldest or newest first.

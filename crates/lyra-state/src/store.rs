@@ -173,6 +173,12 @@ pub trait FencedWrites: Send + Sync {
     async fn put_resource_fenced(&self, fence: &Fence, record: &ResourceRecord) -> Result<(), StoreError>;
     async fn remove_resource_fenced(&self, fence: &Fence, step_id: &str) -> Result<(), StoreError>;
     async fn finish_run_fenced(&self, fence: &Fence, run: RunId, end: &RunEnd) -> Result<(), StoreError>;
+
+    /// [`FencedWrites::finish_run_fenced`] for a run that is the last thing done under its
+    /// lease: where the backend can, the lease is released by the same write (one round trip
+    /// fewer per run). `Ok(true)`: finished and released; `Ok(false)`: finished, the lease
+    /// still held (to be released as usual). A refused or failed finish releases nothing.
+    async fn finish_run_and_release(&self, fence: &Fence, run: RunId, end: &RunEnd) -> Result<bool, StoreError>;
 }
 
 /// The lease a write is made under: its deployment and its holder's token.
@@ -309,6 +315,15 @@ macro_rules! recorder_and_fenced_writes {
                 end: &lyra_core::state::RunEnd,
             ) -> Result<(), lyra_core::state::StoreError> {
                 self.finish_run_in(Some(fence), run, end).await
+            }
+
+            async fn finish_run_and_release(
+                &self,
+                fence: &$crate::store::Fence,
+                run: lyra_core::state::RunId,
+                end: &lyra_core::state::RunEnd,
+            ) -> Result<bool, lyra_core::state::StoreError> {
+                self.finish_run_and_release_in(fence, run, end).await
             }
         }
     };

@@ -40,6 +40,7 @@ macro_rules! for_each_check {
             leases_are_per_deployment;
             stale_lease_writes_are_refused;
             stale_and_current_writes_at_once;
+            finish_and_release;
             concurrent_acquires_one_winner(32);
             export_import_round_trip;
             import_replaces_resources;

@@ -342,3 +342,62 @@ async fn concurrent_puts_are_written_together() {
     assert_eq!(store.load("d").await.expect("load").expect("d").resources, records);
     store.close().await;
 }
+
+/// A run under a lease taken with `release_at_finish`: its finish releases the lease in the
+/// same statement (the lease is free before `run_under_lease` releases it), the release
+/// afterwards says the lease was kept, and nothing marks it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_releases_the_lease_it_ran_under() {
+    use lyra_core::state::{Outcome, Recorder as _};
+    let Some(db) = PgTestDb::create("finish_releases").await else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(db.url()).await.expect("connect"));
+    let options = crate::lease::LeaseOptions {
+        release_at_finish: true,
+        ..crate::lease::LeaseOptions::new("alice@laptop", "apply")
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&store);
+    let ran = crate::lease::run_under_lease(
+        &store,
+        "d",
+        &options,
+        &cancel,
+        |_| {},
+        |leased| async move {
+            let recorder = leased.recorder();
+            let run = recorder.begin_run(&c::apply("d", "wf")).await.expect("begin");
+            recorder.put_resource("d", &c::resource("a")).await.expect("put");
+            assert!(seen.lease("d").await.expect("lease").is_some(), "held while it runs");
+            let ended = lyra_core::state::RunEnd {
+                outcome: Outcome::Succeeded,
+                counts: Default::default(),
+                changes: vec![],
+                error: None,
+                note: None,
+                returns: None,
+            };
+            recorder.finish_run(run, &ended).await.expect("finish");
+            let after = seen.lease("d").await.expect("lease");
+            let late = recorder.put_resource("d", &c::resource("b")).await;
+            (after, late)
+        },
+    )
+    .await
+    .expect("ran");
+    let (after, late) = ran.value;
+    assert_eq!(after, None, "the finish released the lease");
+    let late = late.expect_err("a write after the finish");
+    assert_eq!(late.kind, StoreErrorKind::LeaseLost, "{late}");
+    assert_eq!(ran.released.as_ref().ok(), Some(&crate::lease::Released::Kept));
+    assert!(!cancel.load(Ordering::SeqCst));
+    assert_eq!(
+        store.history("d").await.expect("history")[0].outcome,
+        Some(Outcome::Succeeded)
+    );
+    assert_eq!(
+        store.load("d").await.expect("load").expect("state").resources,
+        vec![c::resource("a")]
+    );
+}
