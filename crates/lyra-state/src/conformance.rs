@@ -397,14 +397,6 @@ pub async fn unfinished_run_has_no_outcome(store: &dyn Store) {
 /// changes what was recorded, nor disturbs other writes.
 pub async fn finish_run_misuse_is_rejected(store: &dyn Store) {
     let id = store.begin_run(&apply("d", "wf")).await.expect("begin_run");
-    let end = |outcome| RunEnd {
-        outcome,
-        counts: ChangeCounts::default(),
-        changes: vec![],
-        error: None,
-        note: None,
-        returns: None,
-    };
     store
         .finish_run(id, &end(Outcome::Succeeded))
         .await
@@ -852,7 +844,7 @@ pub async fn break_lease_returns_holder(store: &dyn Store) {
 }
 
 /// The end of a run with no changes.
-fn end(outcome: Outcome) -> RunEnd {
+pub fn end(outcome: Outcome) -> RunEnd {
     RunEnd {
         outcome,
         counts: ChangeCounts::default(),

@@ -370,15 +370,10 @@ async fn a_finish_releases_the_lease_it_ran_under() {
             let run = recorder.begin_run(&c::apply("d", "wf")).await.expect("begin");
             recorder.put_resource("d", &c::resource("a")).await.expect("put");
             assert!(seen.lease("d").await.expect("lease").is_some(), "held while it runs");
-            let ended = lyra_core::state::RunEnd {
-                outcome: Outcome::Succeeded,
-                counts: Default::default(),
-                changes: vec![],
-                error: None,
-                note: None,
-                returns: None,
-            };
-            recorder.finish_run(run, &ended).await.expect("finish");
+            recorder
+                .finish_run(run, &c::end(Outcome::Succeeded))
+                .await
+                .expect("finish");
             let after = seen.lease("d").await.expect("lease");
             let late = recorder.put_resource("d", &c::resource("b")).await;
             (after, late)
