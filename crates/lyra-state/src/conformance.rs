@@ -693,7 +693,8 @@ pub fn lease_request(deployment: &str, owner: &str, token: &str, ttl_ms: i64) ->
     }
 }
 
-async fn acquired(store: &dyn Store, request: &LeaseRequest) -> Lease {
+/// The lease `request` asks for, which must be free.
+pub async fn acquired(store: &dyn Store, request: &LeaseRequest) -> Lease {
     match store.acquire_lease(request).await.expect("acquire_lease") {
         LeaseGrant::Acquired(lease) => lease,
         LeaseGrant::Held(holder) => panic!("{} expected the lease, {} holds it", request.owner, holder.owner),

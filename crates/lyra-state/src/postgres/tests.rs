@@ -396,3 +396,215 @@ async fn a_finish_releases_the_lease_it_ran_under() {
         vec![c::resource("a")]
     );
 }
+
+/// A finish whose answer is lost after the server committed it (the connection drops
+/// between the commit and the reply) is tried again, and the retry recognises the first
+/// attempt's work: the run finished with this end and the lease released, so the caller is
+/// told "released", not "lease lost".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_whose_answer_is_lost_is_recognised_on_retry() {
+    use crate::store::Fence;
+    use lyra_core::state::Outcome;
+    let Some(db) = PgTestDb::create("finish_answer_lost").await else {
+        return;
+    };
+    let proxy = AnswerDropper::start(db.server_url(), "DELETE FROM leases WHERE deployment = $9");
+    let store = PostgresStore::connect(&proxy.url(db.url()))
+        .await
+        .expect("connect through the proxy");
+    let lease = c::acquired(&store, &c::lease_request("d", "alice@laptop", "token-a", 60_000)).await;
+    let fence = Fence::from(&lease);
+    let run = store
+        .begin_run_fenced(&fence, &c::apply("d", "wf"))
+        .await
+        .expect("begin");
+    store.put_resource_fenced(&fence, &c::resource("a")).await.expect("put");
+    let ended = c::end(Outcome::Succeeded);
+    let released = store
+        .finish_run_and_release(&fence, run, &ended)
+        .await
+        .expect("the retry recognises the committed finish");
+    assert!(
+        proxy.dropped.load(Ordering::SeqCst),
+        "no answer was dropped: the first attempt's answer arrived"
+    );
+    assert!(released, "the first attempt released the lease");
+    assert_eq!(store.lease("d").await.expect("lease"), None);
+    let history = store.history("d").await.expect("history");
+    assert_eq!(history[0].outcome, Some(Outcome::Succeeded));
+    let e = store
+        .put_resource_fenced(&fence, &c::resource("b"))
+        .await
+        .expect_err("a write after the release");
+    assert_eq!(e.kind, StoreErrorKind::LeaseLost, "{e}");
+}
+
+/// The same for a finish that keeps its lease: the retry finds the run finished with this
+/// very end and takes it for its own, rather than "already finished".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_run_whose_answer_is_lost_is_recognised_on_retry() {
+    use crate::store::Fence;
+    use lyra_core::state::Outcome;
+    let Some(db) = PgTestDb::create("finish_run_answer_lost").await else {
+        return;
+    };
+    let proxy = AnswerDropper::start(db.server_url(), "UPDATE runs SET finished_at = $2");
+    let store = PostgresStore::connect(&proxy.url(db.url()))
+        .await
+        .expect("connect through the proxy");
+    let lease = c::acquired(&store, &c::lease_request("d", "alice@laptop", "token-a", 60_000)).await;
+    let fence = Fence::from(&lease);
+    let run = store
+        .begin_run_fenced(&fence, &c::apply("d", "wf"))
+        .await
+        .expect("begin");
+    store
+        .finish_run_fenced(&fence, run, &c::end(Outcome::Failed))
+        .await
+        .expect("the retry recognises the committed finish");
+    assert!(
+        proxy.dropped.load(Ordering::SeqCst),
+        "no answer was dropped: the first attempt's answer arrived"
+    );
+    assert_eq!(
+        store.history("d").await.expect("history")[0].outcome,
+        Some(Outcome::Failed)
+    );
+    assert_eq!(
+        store.lease("d").await.expect("lease").map(|l| l.owner),
+        Some("alice@laptop".to_owned()),
+        "a finish alone keeps the lease"
+    );
+    let again = store
+        .finish_run_fenced(&fence, run, &c::end(Outcome::Succeeded))
+        .await
+        .expect_err("a second finish with another end");
+    assert_eq!(again.kind, StoreErrorKind::Conflict, "{again}");
+}
+
+/// A TCP proxy to Postgres (plain, `sslmode=disable`) that, once, lets through the
+/// statement whose text holds `marker` and drops the connection when the server is ready
+/// again after it, swallowing the answer: the server committed, the client never hears.
+struct AnswerDropper {
+    port: u16,
+    /// Whether the answer was dropped.
+    dropped: Arc<AtomicBool>,
+}
+
+impl AnswerDropper {
+    fn start(server_url: &str, marker: &'static str) -> AnswerDropper {
+        let server = url::Url::parse(server_url).expect("server URL");
+        let upstream = format!(
+            "{}:{}",
+            server.host_str().expect("server host"),
+            server.port().unwrap_or(5432)
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let armed = Arc::new(AtomicBool::new(true));
+        let seen = Arc::clone(&dropped);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                proxy_connection(client, server, marker, Arc::clone(&armed), Arc::clone(&seen));
+            }
+        });
+        AnswerDropper { port, dropped }
+    }
+
+    /// `store_url` (`postgres://…/db?schema=…`) through the proxy, without TLS (the proxy
+    /// reads the statements).
+    fn url(&self, store_url: &str) -> String {
+        let mut url = url::Url::parse(store_url).expect("store URL");
+        url.set_host(Some("127.0.0.1")).expect("host");
+        url.set_port(Some(self.port)).expect("port");
+        url.query_pairs_mut().append_pair("sslmode", "disable");
+        url.to_string()
+    }
+}
+
+/// The messages complete in `buf` (each a type byte and a length that counts itself; the
+/// client's first, the startup message, has no type byte): their types, and how many bytes
+/// they take.
+fn complete_messages(buf: &[u8], untyped_first: &mut bool) -> (Vec<(u8, std::ops::Range<usize>)>, usize) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        let (kind, len_at) = if *untyped_first {
+            (0, at)
+        } else {
+            (buf.get(at).copied().unwrap_or(0), at + 1)
+        };
+        let Some(len) = buf.get(len_at..len_at + 4) else { break };
+        let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+        let end = len_at + len;
+        if end > buf.len() {
+            break;
+        }
+        out.push((kind, at..end));
+        *untyped_first = false;
+        at = end;
+    }
+    (out, at)
+}
+
+fn proxy_connection(
+    client: std::net::TcpStream,
+    server: std::net::TcpStream,
+    marker: &'static str,
+    armed: Arc<AtomicBool>,
+    dropped: Arc<AtomicBool>,
+) {
+    use std::io::{Read, Write};
+    let swallow = Arc::new(AtomicBool::new(false));
+    let (mut c_in, mut s_out) = (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+    let to_server_swallow = Arc::clone(&swallow);
+    std::thread::spawn(move || {
+        let (mut buf, mut chunk, mut startup, mut marked) = (Vec::new(), [0u8; 16384], true, false);
+        while let Ok(n @ 1..) = c_in.read(&mut chunk) {
+            buf.extend_from_slice(&chunk[..n]);
+            let (messages, used) = complete_messages(&buf, &mut startup);
+            for (kind, range) in messages {
+                let text = String::from_utf8_lossy(&buf[range]);
+                if kind == b'P' && text.contains(marker) {
+                    marked = true;
+                }
+                // Its Execute: from here the answers are swallowed (set before it is sent,
+                // so none slips through).
+                if kind == b'E' && marked && armed.swap(false, Ordering::SeqCst) {
+                    to_server_swallow.store(true, Ordering::SeqCst);
+                }
+            }
+            if s_out.write_all(&buf[..used]).is_err() {
+                break;
+            }
+            buf.drain(..used);
+        }
+        let _ = s_out.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut s_in, mut c_out) = (server, client);
+    std::thread::spawn(move || {
+        let (mut buf, mut chunk, mut untyped) = (Vec::new(), [0u8; 16384], false);
+        while let Ok(n @ 1..) = s_in.read(&mut chunk) {
+            buf.extend_from_slice(&chunk[..n]);
+            let (messages, used) = complete_messages(&buf, &mut untyped);
+            if swallow.load(Ordering::SeqCst) {
+                // ReadyForQuery: the statement's transaction is over, committed.
+                if messages.iter().any(|(kind, _)| *kind == b'Z') {
+                    dropped.store(true, Ordering::SeqCst);
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                    let _ = s_in.shutdown(std::net::Shutdown::Both);
+                    return;
+                }
+            } else if c_out.write_all(&buf[..used]).is_err() {
+                break;
+            }
+            buf.drain(..used);
+        }
+        let _ = c_out.shutdown(std::net::Shutdown::Write);
+    });
+}
