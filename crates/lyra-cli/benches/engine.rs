@@ -91,6 +91,7 @@ fn scenario(shape: &str, n: usize) {
             cancel: &cancel,
             hints: &lyra_host::Advice,
             timer: &lyra_providers::TokioTimer,
+            leave_to_exit: false,
         };
         let data = Map::new();
         let t = Instant::now();

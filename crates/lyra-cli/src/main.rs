@@ -460,6 +460,7 @@ fn engine<'a>(
         cancel,
         hints: &lyra_host::Advice,
         timer: &lyra_providers::TokioTimer,
+        leave_to_exit: true,
     }
 }
 

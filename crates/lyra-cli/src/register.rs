@@ -145,6 +145,7 @@ async fn dry_run(
         cancel: &cancel,
         hints: &lyra_host::Advice,
         timer: &lyra_providers::TokioTimer,
+        leave_to_exit: true,
     };
     let mut text = format!(
         "would register WorkflowDefinition {def_name} ({}) from {pinned}\n",

@@ -1209,6 +1209,7 @@ impl Runtime {
             cancel,
             hints: &lyra_host::Advice,
             timer: &TokioTimer,
+            leave_to_exit: false,
         }
     }
 

@@ -98,6 +98,12 @@ pub struct Engine<'a> {
     pub hints: &'a dyn Hints,
     /// Waits for retries and timeouts.
     pub timer: &'a dyn Timer,
+    /// The process ends soon after the run (a CLI command): what grows with the deployment
+    /// (the records the run started from, the names its top scope produced) is left to the
+    /// process's exit rather than freed piece by piece, which cost a no-change plan of
+    /// 10,000 steps a fifth as much as planning them. A long-lived caller (the controller)
+    /// frees them.
+    pub leave_to_exit: bool,
 }
 
 /// A variable with the recorded resources its value came from (for deletion order).
@@ -692,6 +698,9 @@ impl<'e, 'a> Run<'e, 'a> {
                 });
             }
             self.engine.store.finish_run(id, &end).await?;
+        }
+        if self.engine.leave_to_exit {
+            std::mem::forget(self.prior);
         }
         Ok(report)
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use sha2::{Digest, Sha256};
@@ -76,7 +77,13 @@ impl Run<'_, '_> {
             }
             let mut local = env;
             local.extend(bound);
-            self.body(step, local, id).await
+            // A resource is run in this future rather than in one `body` would box: one
+            // allocation per step, not two.
+            if let StepKind::Resource { .. } = &step.kind {
+                self.resource(step, local, id).await
+            } else {
+                self.body(step, local, id).await
+            }
         })
     }
 
@@ -96,10 +103,15 @@ impl Run<'_, '_> {
                         }
                         return Done::Failed;
                     }
-                    match self.returns_from_scope(&step.returns, &scope) {
+                    let done = match self.returns_from_scope(&step.returns, &scope) {
                         Ok(r) => Done::Ok(r),
                         Err(e) => self.fail_step(&At { step, id: &id, started }, e),
+                    };
+                    // The top scope's names (one or more per step) go with the process.
+                    if id.is_empty() && self.engine.leave_to_exit {
+                        std::mem::forget(scope);
                     }
+                    done
                 }
                 StepKind::Collection { .. } => self.collection(step, env, id).await,
                 StepKind::Call { target, args, .. } => self.call(step, target, args, env, id).await,
@@ -111,23 +123,15 @@ impl Run<'_, '_> {
     /// name produced in the scope, and whether all children succeeded.
     async fn scope(&self, steps: &[Step], deps: &[Vec<usize>], mut vars: Env, prefix: &str) -> (Env, bool) {
         let n = steps.len();
-        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (i, ds) in deps.iter().enumerate() {
-            for &d in ds {
-                dependents[d].push(i);
-            }
-        }
-        let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
-        // Whether each child ended badly (failed or skipped).
-        let mut bad = vec![false; n];
-        let mut all_ok = true;
+        let mut front = Frontier::new(deps);
         // Each child produces its names into `vars`: room for one each, as growing a map of
         // 10,000 moved them all several times.
         vars.reserve(n);
         let mut running = FuturesUnordered::new();
-        let mut ready: Vec<usize> = (0..n).filter(|i| waiting[*i] == 0).collect();
+        // Children finished at their first poll since the scope last let others run.
+        let mut at_once = 0;
         loop {
-            while let Some(i) = ready.pop() {
+            while let Some(i) = front.ready.pop() {
                 let step = &steps[i];
                 let id = child_id(prefix, &step.name);
                 let why = if self.cancelled() {
@@ -135,7 +139,7 @@ impl Run<'_, '_> {
                 } else {
                     let failed: Vec<&str> = deps[i]
                         .iter()
-                        .filter(|d| bad[**d])
+                        .filter(|d| front.bad[**d])
                         .map(|d| steps[*d].name.as_str())
                         .collect();
                     (!failed.is_empty())
@@ -143,14 +147,7 @@ impl Run<'_, '_> {
                 };
                 if let Some(why) = why {
                     self.skip_step(step, &id, &why);
-                    bad[i] = true;
-                    all_ok = false;
-                    for &j in &dependents[i] {
-                        waiting[j] -= 1;
-                        if waiting[j] == 0 {
-                            ready.push(j);
-                        }
-                    }
+                    front.settle(i, false);
                     continue;
                 }
                 let env: Env = step
@@ -158,24 +155,27 @@ impl Run<'_, '_> {
                     .iter()
                     .filter_map(|name| vars.get(name).map(|v| (name.clone(), v.clone())))
                     .collect();
-                running.push(async move { (i, self.step(step, env, id).await) });
+                let mut child = self.step(step, env, id);
+                // A child that is done at its first poll (most of a plan's are) is settled
+                // here: a task in `running` for each cost a tenth of planning them. One that
+                // waits is polled again there, with a waker that wakes this scope.
+                match (&mut child).now_or_never() {
+                    Some(done) => {
+                        front.settle(i, settle_into(&mut vars, done));
+                        at_once += 1;
+                    }
+                    None => running.push(async move { (i, child.await) }),
+                }
+                // Now and then the others on this thread (a signal's handler) get to run.
+                if at_once == YIELD_EVERY {
+                    at_once = 0;
+                    yield_now().await;
+                }
             }
             let Some((i, done)) = running.next().await else { break };
-            match done {
-                Done::Ok(produced) => vars.extend(produced),
-                Done::Failed | Done::Skipped => {
-                    bad[i] = true;
-                    all_ok = false;
-                }
-            }
-            for &j in &dependents[i] {
-                waiting[j] -= 1;
-                if waiting[j] == 0 {
-                    ready.push(j);
-                }
-            }
+            front.settle(i, settle_into(&mut vars, done));
         }
-        (vars, all_ok)
+        (vars, front.all_ok)
     }
 
     /// Runs a collection's iterations concurrently and collects their returns into its
@@ -429,6 +429,81 @@ impl Run<'_, '_> {
             other => other,
         }
     }
+}
+
+/// How many children of a scope may finish at their first poll, one after another, before
+/// the scope lets the rest of its thread run.
+const YIELD_EVERY: usize = 256;
+
+/// Which children of a scope may start: those whose inputs are all settled.
+struct Frontier {
+    dependents: Vec<Vec<usize>>,
+    /// How many of each child's inputs are not settled yet.
+    waiting: Vec<usize>,
+    ready: Vec<usize>,
+    /// Whether each child ended badly (failed or skipped).
+    bad: Vec<bool>,
+    all_ok: bool,
+}
+
+impl Frontier {
+    fn new(deps: &[Vec<usize>]) -> Frontier {
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); deps.len()];
+        for (i, ds) in deps.iter().enumerate() {
+            for &d in ds {
+                dependents[d].push(i);
+            }
+        }
+        let waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
+        let ready = (0..deps.len()).filter(|i| waiting[*i] == 0).collect();
+        Frontier {
+            dependents,
+            waiting,
+            ready,
+            bad: vec![false; deps.len()],
+            all_ok: true,
+        }
+    }
+
+    /// Child `i` ended, well or not: its dependents may be ready.
+    fn settle(&mut self, i: usize, ok: bool) {
+        if !ok {
+            self.bad[i] = true;
+            self.all_ok = false;
+        }
+        for &j in &self.dependents[i] {
+            self.waiting[j] -= 1;
+            if self.waiting[j] == 0 {
+                self.ready.push(j);
+            }
+        }
+    }
+}
+
+/// Adds what a child produced to its scope's names; whether it ended well.
+fn settle_into(vars: &mut Env, done: Done) -> bool {
+    match done {
+        Done::Ok(produced) => {
+            vars.extend(produced);
+            true
+        }
+        Done::Failed | Done::Skipped => false,
+    }
+}
+
+/// Lets the other tasks of the thread run once.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// Every return of a step, undefined (its guard was false).

@@ -275,6 +275,7 @@ fn engine_for<'a>(
         cancel,
         hints: &Words,
         timer: &ThreadTimer,
+        leave_to_exit: false,
     }
 }
 
@@ -1068,6 +1069,7 @@ fn steps_nested_to_the_limit_run_on_a_small_stack() {
                 cancel: &f.cancel,
                 hints: &Words,
                 timer: &ThreadTimer,
+                leave_to_exit: false,
             };
             let data = json!({"x": 1}).as_object().cloned().unwrap();
             let r = block_on(engine.apply(&prog, "d", &data, "test")).unwrap();

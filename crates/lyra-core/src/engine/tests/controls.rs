@@ -312,3 +312,31 @@ fn a_create_that_timed_out_on_every_attempt_keeps_its_intent() {
     );
     assert!(s.record("a").pending);
 }
+
+/// A scope's children that finish at their first poll and children that wait (a create that
+/// sleeps) are both settled, and each one's dependents start after it with its returns:
+/// more children finishing at once than the scope runs before it lets others go.
+#[test]
+fn children_that_wait_and_children_done_at_once_settle_their_dependents() {
+    let s = Setup::new();
+    let mut yaml = String::from("steps:\n");
+    for i in 0..300 {
+        // Every tenth waits; each has a dependent reading its name.
+        let sleep = if i % 10 == 0 { ", sleep_ms: 5" } else { "" };
+        yaml.push_str(&format!(
+            "  s{i}:\n    returns: {{n{i}: name}}\n    resource: Cfg::Thing\n    value: {{name: 'n{i}'{sleep}}}\n  \
+             d{i}:\n    returns: {{m{i}: name}}\n    resource: Cfg::Thing\n    value: {{name: $n{i}}}\n"
+        ));
+    }
+    let r = s.apply(&yaml, json!({}));
+    assert!(!r.failed(), "{r:?}");
+    assert_eq!(r.counts.created, 600, "{:?}", r.counts);
+    for i in [0, 1, 10, 299] {
+        assert_eq!(s.record(&format!("d{i}")).actual["name"], json!(format!("n{i}")));
+    }
+    // A dependent is reported after what it depends on.
+    let at = |id: &str| r.steps.iter().position(|st| st.id == id).expect(id);
+    for i in 0..300 {
+        assert!(at(&format!("s{i}")) < at(&format!("d{i}")), "d{i} before s{i}");
+    }
+}
