@@ -403,29 +403,19 @@ async fn a_finish_releases_the_lease_it_ran_under() {
 /// told "released", not "lease lost".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finish_whose_answer_is_lost_is_recognised_on_retry() {
-    use crate::store::Fence;
     use lyra_core::state::Outcome;
-    let Some(db) = PgTestDb::create("finish_answer_lost").await else {
+    let Some(t) = LostAnswer::begin("finish_answer_lost", "DELETE FROM leases WHERE deployment = $9").await else {
         return;
     };
-    let proxy = AnswerDropper::start(db.server_url(), "DELETE FROM leases WHERE deployment = $9");
-    let store = PostgresStore::connect(&proxy.url(db.url()))
-        .await
-        .expect("connect through the proxy");
-    let lease = c::acquired(&store, &c::lease_request("d", "alice@laptop", "token-a", 60_000)).await;
-    let fence = Fence::from(&lease);
-    let run = store
-        .begin_run_fenced(&fence, &c::apply("d", "wf"))
-        .await
-        .expect("begin");
-    store.put_resource_fenced(&fence, &c::resource("a")).await.expect("put");
+    let (store, fence, run) = (&t.store, &t.fence, t.run);
+    store.put_resource_fenced(fence, &c::resource("a")).await.expect("put");
     let ended = c::end(Outcome::Succeeded);
     let released = store
-        .finish_run_and_release(&fence, run, &ended)
+        .finish_run_and_release(fence, run, &ended)
         .await
         .expect("the retry recognises the committed finish");
     assert!(
-        proxy.dropped.load(Ordering::SeqCst),
+        t.proxy.dropped.load(Ordering::SeqCst),
         "no answer was dropped: the first attempt's answer arrived"
     );
     assert!(released, "the first attempt released the lease");
@@ -433,7 +423,7 @@ async fn a_finish_whose_answer_is_lost_is_recognised_on_retry() {
     let history = store.history("d").await.expect("history");
     assert_eq!(history[0].outcome, Some(Outcome::Succeeded));
     let e = store
-        .put_resource_fenced(&fence, &c::resource("b"))
+        .put_resource_fenced(fence, &c::resource("b"))
         .await
         .expect_err("a write after the release");
     assert_eq!(e.kind, StoreErrorKind::LeaseLost, "{e}");
@@ -443,27 +433,17 @@ async fn a_finish_whose_answer_is_lost_is_recognised_on_retry() {
 /// very end and takes it for its own, rather than "already finished".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finish_run_whose_answer_is_lost_is_recognised_on_retry() {
-    use crate::store::Fence;
     use lyra_core::state::Outcome;
-    let Some(db) = PgTestDb::create("finish_run_answer_lost").await else {
+    let Some(t) = LostAnswer::begin("finish_run_answer_lost", "UPDATE runs SET finished_at = $2").await else {
         return;
     };
-    let proxy = AnswerDropper::start(db.server_url(), "UPDATE runs SET finished_at = $2");
-    let store = PostgresStore::connect(&proxy.url(db.url()))
-        .await
-        .expect("connect through the proxy");
-    let lease = c::acquired(&store, &c::lease_request("d", "alice@laptop", "token-a", 60_000)).await;
-    let fence = Fence::from(&lease);
-    let run = store
-        .begin_run_fenced(&fence, &c::apply("d", "wf"))
-        .await
-        .expect("begin");
+    let (store, fence, run) = (&t.store, &t.fence, t.run);
     store
-        .finish_run_fenced(&fence, run, &c::end(Outcome::Failed))
+        .finish_run_fenced(fence, run, &c::end(Outcome::Failed))
         .await
         .expect("the retry recognises the committed finish");
     assert!(
-        proxy.dropped.load(Ordering::SeqCst),
+        t.proxy.dropped.load(Ordering::SeqCst),
         "no answer was dropped: the first attempt's answer arrived"
     );
     assert_eq!(
@@ -476,10 +456,44 @@ async fn a_finish_run_whose_answer_is_lost_is_recognised_on_retry() {
         "a finish alone keeps the lease"
     );
     let again = store
-        .finish_run_fenced(&fence, run, &c::end(Outcome::Succeeded))
+        .finish_run_fenced(fence, run, &c::end(Outcome::Succeeded))
         .await
         .expect_err("a second finish with another end");
     assert_eq!(again.kind, StoreErrorKind::Conflict, "{again}");
+}
+
+/// A run begun under a lease, by a store connected through an [`AnswerDropper`] armed with
+/// `marker`.
+struct LostAnswer {
+    /// Held for the test's length: dropping it drops the schema.
+    _db: PgTestDb,
+    proxy: AnswerDropper,
+    store: PostgresStore,
+    fence: crate::store::Fence,
+    run: lyra_core::state::RunId,
+}
+
+impl LostAnswer {
+    async fn begin(name: &str, marker: &'static str) -> Option<LostAnswer> {
+        let db = PgTestDb::create(name).await?;
+        let proxy = AnswerDropper::start(db.server_url(), marker);
+        let store = PostgresStore::connect(&proxy.url(db.url()))
+            .await
+            .expect("connect through the proxy");
+        let lease = c::acquired(&store, &c::lease_request("d", "alice@laptop", "token-a", 60_000)).await;
+        let fence = crate::store::Fence::from(&lease);
+        let run = store
+            .begin_run_fenced(&fence, &c::apply("d", "wf"))
+            .await
+            .expect("begin");
+        Some(LostAnswer {
+            _db: db,
+            proxy,
+            store,
+            fence,
+            run,
+        })
+    }
 }
 
 /// A TCP proxy to Postgres (plain, `sslmode=disable`) that, once, lets through the
