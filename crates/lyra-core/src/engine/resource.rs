@@ -381,19 +381,21 @@ impl Run<'_, '_> {
         // leaves a trace (see `Lookup`). For a replace it follows the delete: until then the
         // record keeps the old resource's id. A local type leaves no trace to find (see
         // `ResourceSchema::local`): no intent.
-        let mut intent = ResourceRecord::intent(
-            t.at.id,
-            &t.schema.name,
-            t.desired.values.clone(),
-            t.depends_on.clone(),
-            t.cx.idempotency_key.unwrap_or_default().to_owned(),
-        );
-        super::config::record(&mut intent, t.config);
         let intent_recorded = AtomicBool::new(false);
+        // Made only when recorded: most runs converge steps that need no intent (no-ops,
+        // updates), and a copy of the desired state for each cost a no-change apply.
         let record_intent = || async {
             if t.schema.local {
                 return Ok(());
             }
+            let mut intent = ResourceRecord::intent(
+                t.at.id,
+                &t.schema.name,
+                t.desired.values.clone(),
+                t.depends_on.clone(),
+                t.cx.idempotency_key.unwrap_or_default().to_owned(),
+            );
+            super::config::record(&mut intent, t.config);
             self.engine
                 .store
                 .put_resource(self.deployment, &intent)
