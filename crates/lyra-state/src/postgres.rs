@@ -721,16 +721,23 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let row = Arc::new(ResourceRow::new(deployment, record, now_ms())?);
         let key = (deployment.to_owned(), fence.map(|f| f.token.clone()));
-        let others = match self.groups.join(&key, &row) {
-            groups::Joined::Lead => Vec::new(),
+        let mut leading = match self.groups.join(&key, &row) {
+            groups::Joined::Lead => {
+                let mut leading = groups::Leading::new(&self.groups, key, Vec::new());
+                // The steps made ready with this one record theirs as soon as it lets them
+                // run: one turn of the executor, and they are written with it rather than
+                // in a second statement after it.
+                tokio::task::yield_now().await;
+                leading.gather();
+                leading
+            }
             groups::Joined::Wait(waiting) => match waiting.turn().await {
                 Some(groups::Turn::Written) => return Ok(()),
-                Some(groups::Turn::Lead(others)) => others,
+                Some(groups::Turn::Lead(others)) => groups::Leading::new(&self.groups, key, others),
                 // The group failed, or its leader was cancelled.
                 Some(groups::Turn::Alone) | None => return Ok(self.put_alone(fence, &row).await?),
             },
         };
-        let mut leading = groups::Leading::new(&self.groups, key, others);
         if leading.others.is_empty() {
             return Ok(self.put_alone(fence, &row).await?);
         }

@@ -2,8 +2,10 @@
 //! same time; written one statement each they take a pooled connection and a commit (a WAL
 //! flush) apiece, and the connections they wait for are the ones other runs need. So the
 //! puts of one deployment under one fence that arrive while one of theirs is being written
-//! wait for it, and the first of them then writes them all in one statement. A put still
-//! returns only once its own record is committed.
+//! wait for it, and the first of them then writes them all in one statement. The first put
+//! of all lets the executor turn once before it writes, and takes along those that came
+//! meanwhile (the other steps made ready with its own). A put still returns only once its own
+//! record is committed.
 //!
 //! A put whose group fails for any reason (the lease lost, the server gone, its leader
 //! cancelled) is written again alone, so that each gets its own answer.
@@ -46,6 +48,9 @@ pub(super) struct Groups {
     /// Groups of more than one put written.
     #[cfg(test)]
     pub(super) together: std::sync::atomic::AtomicUsize,
+    /// The most puts written in one group.
+    #[cfg(test)]
+    pub(super) largest: std::sync::atomic::AtomicUsize,
 }
 
 /// What `join` answers.
@@ -151,11 +156,25 @@ impl<'a> Leading<'a> {
         Leading { groups, key, others }
     }
 
+    /// Takes into a group led by a put that found the key free the puts that queued behind
+    /// it meanwhile (up to [`MOST`] in all).
+    pub(super) fn gather(&mut self) {
+        let mut groups = self.groups.waiting.lock().expect("put groups lock");
+        if let Some(queue) = groups.get_mut(&self.key) {
+            let room = MOST.saturating_sub(1 + self.others.len());
+            self.others.extend(queue.drain(..queue.len().min(room)));
+        }
+    }
+
     /// The group is committed.
     pub(super) fn written(&mut self) {
         #[cfg(test)]
-        if !self.others.is_empty() {
-            self.groups.together.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            if !self.others.is_empty() {
+                self.groups.together.fetch_add(1, Relaxed);
+            }
+            self.groups.largest.fetch_max(1 + self.others.len(), Relaxed);
         }
         for queued in self.others.drain(..) {
             // One that stopped waiting needs no answer.
@@ -236,6 +255,36 @@ mod tests {
         second.written();
         drop(second);
         assert!(matches!(c.turn().await, Some(Turn::Written)));
+        assert!(groups.is_idle());
+    }
+
+    #[tokio::test]
+    async fn a_leader_gathers_the_puts_that_queued_behind_it() {
+        let groups = Groups::default();
+        assert!(matches!(groups.join(&key(), &row("a")), Joined::Lead));
+        let mut leading = Leading::new(&groups, key(), Vec::new());
+        let waits: Vec<_> = (0..MOST + 2)
+            .map(|i| waiting(groups.join(&key(), &row(&format!("s{i}")))))
+            .collect();
+        leading.gather();
+        // The leader's own row and MOST - 1 others: one statement's worth.
+        assert_eq!(leading.others.len(), MOST - 1);
+        assert_eq!(leading.others[0].row.step_id, "s0");
+        leading.written();
+        drop(leading);
+        let mut waits = waits.into_iter();
+        for w in waits.by_ref().take(MOST - 1) {
+            assert!(matches!(w.turn().await, Some(Turn::Written)));
+        }
+        // The three left: the first leads the other two.
+        let Some(Turn::Lead(rest)) = waits.next().expect("a put left").turn().await else {
+            panic!("the first one left leads")
+        };
+        assert_eq!(rest.len(), 2);
+        drop(Leading::new(&groups, key(), rest));
+        for w in waits {
+            assert!(matches!(w.turn().await, Some(Turn::Alone)));
+        }
         assert!(groups.is_idle());
     }
 

@@ -343,6 +343,37 @@ async fn concurrent_puts_are_written_together() {
     store.close().await;
 }
 
+/// Puts made at once, as by the steps a run makes ready together, are one group: the first
+/// lets the others queue behind it before it writes, rather than writing alone and leaving
+/// them to a second statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_made_at_once_are_one_statement() {
+    let Some(db) = PgTestDb::create("puts_at_once").await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url()).await.expect("connect");
+    let fence = match store
+        .acquire_lease(&c::lease_request("d", "alice@laptop", "token-t", 60_000))
+        .await
+        .expect("acquire")
+    {
+        crate::LeaseGrant::Acquired(lease) => crate::Fence::from(&lease),
+        crate::LeaseGrant::Held(_) => panic!("lease held"),
+    };
+    let records: Vec<_> = (0..10).map(|i| c::resource(&format!("r{i:02}"))).collect();
+    // Polled in turn by one task, as the engine polls a scope's steps.
+    futures::future::join_all(records.iter().map(|r| store.put_resource_fenced(&fence, r)))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, _>>()
+        .expect("puts");
+    assert_eq!(store.groups.largest.load(Ordering::Relaxed), records.len());
+    assert_eq!(store.groups.together.load(Ordering::Relaxed), 1);
+    assert!(store.groups.is_idle());
+    assert_eq!(store.load("d").await.expect("load").expect("d").resources, records);
+    store.close().await;
+}
+
 /// A run under a lease taken with `release_at_finish`: its finish releases the lease in the
 /// same statement (the lease is free before `run_under_lease` releases it), the release
 /// afterwards says the lease was kept, and nothing marks it lost.
