@@ -228,6 +228,7 @@ async fn main() {
     let _ = controller.wait();
     kubectl(&["apply", "-f", "-"], Some(&manifests(n, "backlog")));
     let done = watch_ready(client.clone(), "backlog", n);
+    emulator.clear_requests();
     let started = Instant::now();
     let mut controller = start_controller();
     let times = all_ready(done).await;
@@ -245,6 +246,22 @@ async fn main() {
         secs * 1000.0 / count.max(1.0)
     );
     print_times(&times);
+    // What the API server was asked meanwhile (all but the bench's one list and watch by the
+    // controller): each request is work for the server as well as for the controller.
+    let mut asked: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for r in &emulator.requests() {
+        let sub = if r.subresource.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", r.subresource)
+        };
+        *asked.entry(format!("{} {}{sub}", r.verb, r.resource)).or_default() += 1;
+    }
+    let line: Vec<String> = asked
+        .iter()
+        .map(|(what, k)| format!("{what} {:.2}", *k as f64 / (2 * n) as f64))
+        .collect();
+    println!("  API requests per object (of {}): {}", 2 * n, line.join(", "));
     let _ = controller.kill();
     let _ = controller.wait();
     emulator.shutdown().await;
