@@ -298,13 +298,8 @@ async fn undecodable_rows_are_listed_not_fatal() {
     store.close().await;
 }
 
-/// Concurrent fenced puts of one run are written together (fewer statements than puts), and
-/// every one of them is committed when it returns.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_puts_are_written_together() {
-    let Some(db) = PgTestDb::create("puts_together").await else {
-        return;
-    };
+/// A store on `db` and a fence under the lease of deployment `d`.
+async fn leased_store(db: &PgTestDb) -> (PostgresStore, crate::Fence) {
     let store = PostgresStore::connect(db.url()).await.expect("connect");
     let fence = match store
         .acquire_lease(&c::lease_request("d", "alice@laptop", "token-t", 60_000))
@@ -314,6 +309,17 @@ async fn concurrent_puts_are_written_together() {
         crate::LeaseGrant::Acquired(lease) => crate::Fence::from(&lease),
         crate::LeaseGrant::Held(_) => panic!("lease held"),
     };
+    (store, fence)
+}
+
+/// Concurrent fenced puts of one run are written together (fewer statements than puts), and
+/// every one of them is committed when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_puts_are_written_together() {
+    let Some(db) = PgTestDb::create("puts_together").await else {
+        return;
+    };
+    let (store, fence) = leased_store(&db).await;
     let records: Vec<_> = (0..200).map(|i| c::resource(&format!("r{i:03}"))).collect();
     let others = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
@@ -351,15 +357,7 @@ async fn puts_made_at_once_are_one_statement() {
     let Some(db) = PgTestDb::create("puts_at_once").await else {
         return;
     };
-    let store = PostgresStore::connect(db.url()).await.expect("connect");
-    let fence = match store
-        .acquire_lease(&c::lease_request("d", "alice@laptop", "token-t", 60_000))
-        .await
-        .expect("acquire")
-    {
-        crate::LeaseGrant::Acquired(lease) => crate::Fence::from(&lease),
-        crate::LeaseGrant::Held(_) => panic!("lease held"),
-    };
+    let (store, fence) = leased_store(&db).await;
     let records: Vec<_> = (0..10).map(|i| c::resource(&format!("r{i:02}"))).collect();
     // Polled in turn by one task, as the engine polls a scope's steps.
     futures::future::join_all(records.iter().map(|r| store.put_resource_fenced(&fence, r)))
