@@ -246,8 +246,8 @@ async fn main() {
         secs * 1000.0 / count.max(1.0)
     );
     print_times(&times);
-    // What the API server was asked meanwhile (all but the bench's one list and watch by the
-    // controller): each request is work for the server as well as for the controller.
+    // What the API server was asked meanwhile, per object (the few lists and watches are the
+    // controller's start and the bench's own watch): each request is work for both sides.
     let mut asked: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for r in &emulator.requests() {
         let sub = if r.subresource.is_empty() {
