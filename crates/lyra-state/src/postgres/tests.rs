@@ -301,15 +301,8 @@ async fn undecodable_rows_are_listed_not_fatal() {
 /// A store on `db` and a fence under the lease of deployment `d`.
 async fn leased_store(db: &PgTestDb) -> (PostgresStore, crate::Fence) {
     let store = PostgresStore::connect(db.url()).await.expect("connect");
-    let fence = match store
-        .acquire_lease(&c::lease_request("d", "alice@laptop", "token-t", 60_000))
-        .await
-        .expect("acquire")
-    {
-        crate::LeaseGrant::Acquired(lease) => crate::Fence::from(&lease),
-        crate::LeaseGrant::Held(_) => panic!("lease held"),
-    };
-    (store, fence)
+    let lease = c::acquired(&store, &c::lease_request("d", "alice@laptop", "token-t", 60_000)).await;
+    (store, crate::Fence::from(&lease))
 }
 
 /// Concurrent fenced puts of one run are written together (fewer statements than puts), and
