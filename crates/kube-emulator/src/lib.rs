@@ -89,7 +89,9 @@
 //!   the write too). A rule that does not compile is not enforced: the CRD write returns a
 //!   `Warning` naming it (a real apiserver refuses such a CRD), and a rule using what the `cel`
 //!   crate lacks (`cel.bind`, `sortBy`, two-variable comprehensions) is skipped with a log line
-//!   (`tracing`): there the emulator accepts what a real server refuses.
+//!   (`tracing`): there the emulator accepts what a real server refuses. An update skips the
+//!   rules of a top-level field it leaves unchanged (`spec` on a status write), as validation
+//!   ratcheting does on 1.33+, unless they read `oldSelf` or the root has rules of its own.
 //! - Validating admission webhooks (`ValidatingWebhookConfiguration`), called as the apiserver
 //!   calls them: after the server's own admission (the object as it would be stored), with
 //!   the store's lock released (a webhook may call the API), for CREATE, UPDATE and DELETE

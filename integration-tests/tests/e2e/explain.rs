@@ -315,3 +315,59 @@ fn a_cel_rule_the_emulator_cannot_evaluate_is_warned_about_and_skipped() {
     let err = k.fails_stdin(&["apply", "-f", "-"], &big);
     assert!(err.contains("big gadgets must be red"), "{err}");
 }
+
+#[test]
+fn an_object_stored_before_a_rule_came_can_still_have_its_status_and_metadata_written() {
+    let Some((_emu, k)) = start("an_object_stored_before_a_rule_came_can_still_have_its_status_and_metadata_written")
+    else {
+        return;
+    };
+    // Without the transition rule, which is checked on every update.
+    let ruled = GADGET_CRD.replace(
+        "                x-kubernetes-validations:\n                - {rule: \"self == oldSelf\", message: model is immutable}\n",
+        "",
+    );
+    let unruled = ruled.replace(
+        "            x-kubernetes-validations:\n            - rule: \"self.size <= 3 || self.color == 'red'\"\n              message: big gadgets must be red\n",
+        "",
+    );
+    assert!(ruled != GADGET_CRD && unruled != ruled, "the CRD's rules moved");
+    apply_crd(&k, &unruled, "gadgets.test.example.com");
+    let big = gadget("  model: m1\n  size: 5\n  color: green\n");
+    k.ok_stdin(&["apply", "-f", "-"], &big);
+    // Then the rule it breaks.
+    apply_crd(&k, &ruled, "gadgets.test.example.com");
+
+    // Writes that leave the spec as it is do not trip over it (validation ratcheting)...
+    k.ok(&[
+        "patch",
+        "gadget",
+        "g1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"level":2}}"#,
+    ]);
+    k.ok(&["annotate", "gadget", "g1", "seen=yes"]);
+    let status = k.ok(&[
+        "get",
+        "gadget",
+        "g1",
+        "-o",
+        "jsonpath={.status.level} {.metadata.annotations.seen}",
+    ]);
+    assert_eq!(status.trim(), "2 yes");
+    // ...one that changes it does.
+    let err = k.fails(&[
+        "patch",
+        "gadget",
+        "g1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"limits":{"cpu":"1"}}}"#,
+    ]);
+    assert!(
+        err.contains("spec: Invalid value: \"object\": big gadgets must be red"),
+        "{err}"
+    );
+}

@@ -117,12 +117,16 @@ pub(super) fn list(shared: &Shared, t: &Target, params: &Params, headers: &Heade
             "metadata": meta,
             "items": served.iter().map(table::partial_metadata).collect::<Vec<_>>(),
         }),
-        Rendering::Object => json!({
-            "kind": t.rt.list_kind,
-            "apiVersion": t.rt.api_version(&t.version),
-            "metadata": meta,
-            "items": served,
-        }),
+        Rendering::Object => {
+            let mut list = json!({
+                "kind": t.rt.list_kind,
+                "apiVersion": t.rt.api_version(&t.version),
+                "metadata": meta,
+            });
+            // Moved in: `json!` would copy every object once more.
+            list["items"] = Value::Array(served);
+            list
+        }
     };
     Ok(Reply::Json(StatusCode::OK, body))
 }

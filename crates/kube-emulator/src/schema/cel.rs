@@ -3,12 +3,18 @@
 //! `oldSelf` to the same node of the stored object on updates (transition rules). The engine
 //! is `kube-cel`, the one kube's `cel` feature uses.
 //!
+//! On updates an unchanged top-level field (`spec` when only `status` or `metadata` moved)
+//! has its rules skipped: a real apiserver (1.33+, validation ratcheting) ignores what they
+//! would say about a value the write did not change. Fields that hold a transition rule
+//! (`oldSelf`) are always checked, and so is the whole object when the root has rules of
+//! its own.
+//!
 //! What a real apiserver refuses at CRD registration (a rule that does not parse, or that
 //! uses a macro the `cel` crate lacks, such as `sortBy` or `cel.bind`) is logged and skipped
 //! here, and reported as a `Warning` on the CRD write: the emulator enforces fewer rules
 //! rather than refusing a CRD a real cluster takes.
 
-use kube_cel::{CompiledSchema, ErrorKind, compile_schema};
+use kube_cel::{CompilationError, CompilationResult, CompiledSchema, ErrorKind, ValidationError, compile_schema};
 use serde_json::{Value, json};
 
 use crate::errors::{FieldError, FieldErrorKind};
@@ -17,6 +23,9 @@ use crate::errors::{FieldError, FieldErrorKind};
 #[derive(Debug)]
 pub struct Rules {
     compiled: CompiledSchema,
+    /// The top-level fields that hold rules, checked one by one; `None`: the root's own
+    /// rules (or its `allOf`, `items`...) need the whole object at once.
+    fields: Option<Vec<Field>>,
     /// The schema they came from: a failed rule's value is shown as its node's `type`.
     source: Value,
     warnings: Vec<String>,
@@ -31,8 +40,28 @@ impl Rules {
         let compiled = compile_schema(schema);
         let mut warnings = Vec::new();
         compilation_warnings(&compiled, "", &mut warnings);
+        let c = &compiled;
+        let whole = !c.validations.is_empty()
+            || c.items.is_some()
+            || c.additional_properties.is_some()
+            || !(c.all_of.is_empty() && c.one_of.is_empty() && c.any_of.is_empty());
+        let fields = (!whole).then(|| {
+            let mut fields: Vec<Field> = c
+                .properties
+                .iter()
+                .filter(|(_, p)| any_rule(p, &|_| true))
+                .map(|(name, p)| Field {
+                    name: name.clone(),
+                    transition: any_rule(p, &|r| r.as_ref().is_ok_and(|r| r.is_transition_rule)),
+                })
+                .collect();
+            // Errors in a stable order.
+            fields.sort_by(|a, b| a.name.cmp(&b.name));
+            fields
+        });
         Some(Rules {
             compiled,
+            fields,
             source: schema.clone(),
             warnings,
         })
@@ -47,19 +76,29 @@ impl Rules {
     /// the value (`spec: Invalid value: "object": <message>`), or `Forbidden`/`Required` when
     /// the rule's `reason` says so. `old` is the stored object, on updates.
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
-        // A rule the interpreter panics on is skipped like one it cannot evaluate: the write
-        // goes on rather than the connection dropping.
-        let run = || kube_cel::validate_compiled(&self.compiled, obj, old);
-        let errs = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
-            Ok(Ok(())) => return Vec::new(),
-            Ok(Err(errs)) => errs,
-            Err(_) => {
-                tracing::warn!("the CEL interpreter panicked: this object's rules are not enforced");
-                return Vec::new();
-            }
+        let Some(fields) = &self.fields else {
+            return self.report(evaluate(&self.compiled, obj, old));
         };
+        let mut errs = Vec::new();
+        for f in fields {
+            let Some(value) = obj.get(&f.name) else { continue };
+            let before = old.and_then(|o| o.get(&f.name));
+            if !f.transition && before == Some(value) {
+                continue;
+            }
+            let child = &self.compiled.properties[&f.name];
+            errs.extend(evaluate(child, value, before).into_iter().map(|mut e| {
+                e.field_path = under(&f.name, &e.field_path);
+                e
+            }));
+        }
+        self.report(errs)
+    }
+
+    /// The errors of a rule evaluation as the apiserver reports them.
+    fn report(&self, errs: Vec<ValidationError>) -> Vec<FieldError> {
         let mut out = Vec::new();
-        for e in errs.iter() {
+        for e in &errs {
             match e.kind {
                 // A runtime error (a missing key, say) fails the write on a real apiserver.
                 ErrorKind::ValidationFailure | ErrorKind::EvaluationError => {}
@@ -95,6 +134,53 @@ impl Rules {
         }
         out
     }
+}
+
+/// A top-level field whose subtree holds rules.
+#[derive(Debug)]
+struct Field {
+    name: String,
+    /// Whether one of them reads `oldSelf`: checked even when the field is unchanged.
+    transition: bool,
+}
+
+/// What the rules of `compiled` say about `obj`.
+fn evaluate(compiled: &CompiledSchema, obj: &Value, old: Option<&Value>) -> Vec<ValidationError> {
+    // A rule the interpreter panics on is skipped like one it cannot evaluate: the write
+    // goes on rather than the connection dropping.
+    let run = || kube_cel::validate_compiled(compiled, obj, old);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(Ok(())) => Vec::new(),
+        Ok(Err(errs)) => errs.into_vec(),
+        Err(_) => {
+            tracing::warn!("the CEL interpreter panicked: this object's rules are not enforced");
+            Vec::new()
+        }
+    }
+}
+
+/// A field path found under the top-level field `name`, as it reads from the root.
+fn under(name: &str, path: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else if path.starts_with(['.', '[']) {
+        format!("{name}{path}")
+    } else {
+        format!("{name}.{path}")
+    }
+}
+
+/// Whether a rule anywhere in `c` is one `pred` picks.
+fn any_rule(c: &CompiledSchema, pred: &dyn Fn(&Result<CompilationResult, CompilationError>) -> bool) -> bool {
+    c.validations.iter().any(pred)
+        || c.properties.values().any(|p| any_rule(p, pred))
+        || c.items.as_deref().is_some_and(|p| any_rule(p, pred))
+        || c.additional_properties.as_deref().is_some_and(|p| any_rule(p, pred))
+        || c.all_of
+            .iter()
+            .chain(&c.one_of)
+            .chain(&c.any_of)
+            .any(|p| any_rule(p, pred))
 }
 
 fn has_rules(v: &Value) -> bool {
@@ -253,6 +339,53 @@ mod tests {
         assert_eq!(
             shown(&r.validate(&json!({"spec": {"a": "x", "size": 3}}), Some(&old))),
             vec!["spec.size: Invalid value: \"integer\": size may not shrink"]
+        );
+    }
+
+    #[test]
+    fn an_update_skips_the_rules_of_fields_it_leaves_as_they_were() {
+        let r = Rules::compile(&json!({"type": "object", "properties": {
+            "spec": {"type": "object", "x-kubernetes-validations": [{"rule": "has(self.a)", "message": "a is required"}],
+                "properties": {"a": {"type": "string"}}},
+            "tags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'x'"}]}},
+            "status": {"type": "object", "properties": {"n": {"type": "integer"}}}}}))
+        .unwrap();
+        // Stored before the rule was added, say: a status write does not trip over it...
+        let old = json!({"spec": {}, "tags": ["x"]});
+        let status_only = json!({"spec": {}, "tags": ["x"], "status": {"n": 1}});
+        assert!(r.validate(&status_only, Some(&old)).is_empty());
+        // ...but a change to the field does, and so does a create.
+        assert_eq!(
+            shown(&r.validate(&json!({"spec": {"b": 1}, "tags": ["x"]}), Some(&old))),
+            vec!["spec: Invalid value: \"object\": a is required"]
+        );
+        assert_eq!(
+            shown(&r.validate(&status_only, None)),
+            vec![
+                "spec: Invalid value: \"object\": a is required",
+                "tags[0]: Invalid value: \"string\": failed rule: self != 'x'"
+            ]
+        );
+    }
+
+    #[test]
+    fn transition_rules_and_rules_on_the_root_are_checked_even_when_nothing_changed() {
+        let r = Rules::compile(&json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"n": {"type": "integer", "x-kubernetes-validations": [{"rule": "self != oldSelf", "message": "n must change"}]}}}}}))
+        .unwrap();
+        let obj = json!({"spec": {"n": 1}});
+        assert_eq!(
+            shown(&r.validate(&obj, Some(&obj))),
+            vec!["spec.n: Invalid value: \"integer\": n must change"]
+        );
+        let r = Rules::compile(&json!({"type": "object", "x-kubernetes-validations": [{"rule": "has(self.spec.a)", "message": "a is required"}],
+            "properties": {"spec": {"type": "object", "properties": {"a": {"type": "string"}}}}}))
+        .unwrap();
+        let obj = json!({"spec": {}});
+        let errs = shown(&r.validate(&obj, Some(&obj)));
+        assert!(
+            errs.len() == 1 && errs[0].ends_with("Invalid value: \"object\": a is required"),
+            "{errs:?}"
         );
     }
 }
