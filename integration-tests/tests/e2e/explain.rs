@@ -24,6 +24,15 @@ fn apply_crd(k: &Kubectl, crd: &str, name: &str) {
     ]);
 }
 
+/// `kubectl patch KIND NAME --type=merge -p PATCH`, to `/status` when `status`.
+fn merge_patch<'a>(kind: &'a str, name: &'a str, status: bool, patch: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["patch", kind, name, "--type=merge", "-p", patch];
+    if status {
+        args.push("--subresource=status");
+    }
+    args
+}
+
 fn assert_contains_all(text: &str, wanted: &[&str]) {
     for w in wanted {
         assert!(text.contains(w), "output lacks {w:?}:\n{text}");
@@ -106,14 +115,12 @@ fn explain_and_admission_of_the_workflow_crd() {
     let out = k.ok_stdin(&["apply", "-f", "-"], &good);
     assert_eq!(out.trim(), "workflow.lyra.dev/demo created");
     // On update too: a merge patch that adds the other one.
-    let err = k.fails(&[
-        "patch",
+    let err = k.fails(&merge_patch(
         "wf",
         "demo",
-        "--type=merge",
-        "-p",
+        false,
         r#"{"spec":{"workflow":{"steps":{}}}}"#,
-    ]);
+    ));
     assert!(err.contains("set exactly one of workflowName and workflow"), "{err}");
 }
 
@@ -244,15 +251,7 @@ fn a_typed_crd_created_at_run_time_is_explained_and_enforced() {
         "{err}"
     );
     // Status writes are checked against the status schema.
-    let err = k.fails(&[
-        "patch",
-        "gadget",
-        "g1",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"level":-1}}"#,
-    ]);
+    let err = k.fails(&merge_patch("gadget", "g1", true, r#"{"status":{"level":-1}}"#));
     assert!(
         err.contains("status.level: Invalid value: -1: status.level in body should be greater than or equal to 0"),
         "{err}"
@@ -339,15 +338,7 @@ fn an_object_stored_before_a_rule_came_can_still_have_its_status_and_metadata_wr
     apply_crd(&k, &ruled, "gadgets.test.example.com");
 
     // Writes that leave the spec as it is do not trip over it (validation ratcheting)...
-    k.ok(&[
-        "patch",
-        "gadget",
-        "g1",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"level":2}}"#,
-    ]);
+    k.ok(&merge_patch("gadget", "g1", true, r#"{"status":{"level":2}}"#));
     k.ok(&["annotate", "gadget", "g1", "seen=yes"]);
     let status = k.ok(&[
         "get",
@@ -358,14 +349,12 @@ fn an_object_stored_before_a_rule_came_can_still_have_its_status_and_metadata_wr
     ]);
     assert_eq!(status.trim(), "2 yes");
     // ...one that changes it does.
-    let err = k.fails(&[
-        "patch",
+    let err = k.fails(&merge_patch(
         "gadget",
         "g1",
-        "--type=merge",
-        "-p",
+        false,
         r#"{"spec":{"limits":{"cpu":"1"}}}"#,
-    ]);
+    ));
     assert!(
         err.contains("spec: Invalid value: \"object\": big gadgets must be red"),
         "{err}"
