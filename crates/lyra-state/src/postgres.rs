@@ -37,6 +37,10 @@
 //! commit, so it never slips in between check and write. Each fenced write does both in one
 //! statement: the lock is taken in a CTE, and the write is conditioned on it.
 //!
+//! **TLS.** A server on this machine is reached without TLS unless the URL or the environment
+//! asks for it or the server insists ([`first_connection`]); elsewhere sqlx's default applies
+//! (TLS when the server offers it).
+//!
 //! **Leases** use the server's clock (`clock_timestamp()`), so clients with skewed clocks
 //! agree on expiry.
 
@@ -50,7 +54,7 @@ use crate::{DeploymentExport, DeploymentSummary, Lease, LeaseGrant, LeaseRequest
 use async_trait::async_trait;
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 use lyra_core::state::{DeploymentState, ResourceRecord, RunEnd, RunId, RunStart, StoreError};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
 use sqlx::{Connection, PgConnection};
 
 use crate::error::{Error, is_connection_fault};
@@ -167,8 +171,10 @@ impl PostgresStore {
         );
 
         // The schema must exist before a connection whose search_path names it can create
-        // tables; this first connection also runs the migrations.
-        let mut conn = PgConnection::connect_with(&connect)
+        // tables; this first connection also runs the migrations, and settles whether the
+        // pool's connections use TLS.
+        let plain_first = tls_unspecified(&rest, |name| std::env::var_os(name).is_some()) && is_local(&connect);
+        let mut conn = first_connection(&mut connect, plain_first)
             .await
             .map_err(|source| Error::PgConnect {
                 target: target.clone(),
@@ -459,6 +465,69 @@ impl PostgresStore {
         }
         Err(Error::LeaseContended(request.deployment.clone()))
     }
+}
+
+/// The URL's parameters and the libpq environment variables that say something about TLS.
+const TLS_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+];
+const TLS_VARIABLES: &[&str] = &["PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY"];
+
+/// Whether neither the URL (`url`, sqlx's part of it) nor the environment (`is_set`) says
+/// anything about TLS, leaving it to the default, `sslmode=prefer`.
+fn tls_unspecified(url: &str, is_set: impl Fn(&str) -> bool) -> bool {
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let in_url = query
+        .split('&')
+        .any(|param| TLS_PARAMETERS.contains(&param.split_once('=').map_or(param, |(key, _)| key)));
+    !in_url && !TLS_VARIABLES.iter().any(|name| is_set(name))
+}
+
+/// Whether the server is on this machine: a Unix socket, `localhost` or a loopback address.
+fn is_local(connect: &PgConnectOptions) -> bool {
+    let host = connect.get_host();
+    connect.get_socket().is_some()
+        || host.starts_with('/')
+        || host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Opens the store's first connection. With `plain_first` (TLS left to the default and the
+/// server on this machine) it tries without TLS first and, if the server refuses that (a
+/// `hostssl` rule), with it: libpq's `sslmode=allow`, which sqlx treats as `disable`. Over
+/// loopback TLS protects nothing, as the traffic never leaves the machine, yet its handshake
+/// and encryption cost every connection the pool opens (the controller's first object Ready
+/// about 180 ms later, see ARCHITECTURE.md). The mode that worked is kept in `connect` for
+/// the pool.
+async fn first_connection(connect: &mut PgConnectOptions, plain_first: bool) -> Result<PgConnection, sqlx::Error> {
+    if plain_first {
+        let plain = connect.clone().ssl_mode(PgSslMode::Disable);
+        match PgConnection::connect_with(&plain).await {
+            Ok(conn) => {
+                *connect = plain;
+                return Ok(conn);
+            }
+            // The server answered and refused; with TLS it may accept, and if not, its answer
+            // to that attempt is the one to report.
+            Err(sqlx::Error::Database(e)) => {
+                tracing::debug!(error = %e, "Postgres state: refused without TLS, trying with it");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    PgConnection::connect_with(connect).await
 }
 
 /// Creates `schema` unless it exists. Two processes creating it at once can both pass the

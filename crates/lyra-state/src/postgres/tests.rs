@@ -644,3 +644,208 @@ fn proxy_connection(
         let _ = c_out.shutdown(std::net::Shutdown::Write);
     });
 }
+
+#[test]
+fn tls_is_unspecified_only_when_nothing_names_it() {
+    let nothing = |_: &str| false;
+    assert!(super::tls_unspecified("postgres://u@h/db", nothing));
+    assert!(super::tls_unspecified("postgres://u@h/db?application_name=x", nothing));
+    for param in [
+        "sslmode=prefer",
+        "ssl-mode=require",
+        "sslrootcert=/ca.pem",
+        "sslkey=/k",
+        "ssl-ca=/c",
+    ] {
+        let url = format!("postgres://u@h/db?application_name=x&{param}");
+        assert!(!super::tls_unspecified(&url, nothing), "{url}");
+    }
+    for variable in ["PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY"] {
+        assert!(
+            !super::tls_unspecified("postgres://u@h/db", |name| name == variable),
+            "{variable}"
+        );
+    }
+    // A password is not a parameter, whatever it spells.
+    assert!(super::tls_unspecified("postgres://u:sslmode@h/db", nothing));
+}
+
+#[test]
+fn local_servers_are_sockets_localhost_and_loopback() {
+    use sqlx::postgres::PgConnectOptions;
+    use std::str::FromStr;
+    let local = |url: &str| super::is_local(&PgConnectOptions::from_str(url).expect(url));
+    for url in [
+        "postgres://u@localhost/db",
+        "postgres://u@LOCALHOST:5433/db",
+        "postgres://u@127.0.0.1/db",
+        "postgres://u@127.3.2.1:6000/db",
+        "postgres://u@[::1]:5432/db",
+        "postgres://u@%2Fvar%2Frun%2Fpostgresql/db",
+        "postgres://u@h/db?host=/var/run/postgresql",
+    ] {
+        assert!(local(url), "{url}");
+    }
+    for url in [
+        "postgres://u@db.example.com/db",
+        "postgres://u@10.0.0.5/db",
+        "postgres://u@[2001:db8::1]/db",
+        "postgres://u@localhost.example.com/db",
+    ] {
+        assert!(!local(url), "{url}");
+    }
+}
+
+/// Whether the server offers TLS (`ssl = on`).
+async fn server_offers_tls(server_url: &str) -> bool {
+    let mut raw = PgConnection::connect(server_url).await.expect("raw");
+    let ssl: String = sqlx::query_scalar("SHOW ssl")
+        .fetch_one(&mut raw)
+        .await
+        .expect("SHOW ssl");
+    ssl == "on"
+}
+
+/// Whether each of the connections named `application_name` uses TLS.
+async fn tls_of(server_url: &str, application_name: &str) -> Vec<bool> {
+    let mut raw = PgConnection::connect(server_url).await.expect("raw");
+    sqlx::query_scalar(
+        "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1",
+    )
+    .bind(application_name)
+    .fetch_all(&mut raw)
+    .await
+    .expect("pg_stat_ssl")
+}
+
+/// On a server on this machine, the store's connections skip TLS unless the URL or the
+/// environment asks for it: it protects nothing there and costs every connection.
+#[tokio::test]
+async fn loopback_connections_use_tls_only_when_asked() {
+    let Some(db) = PgTestDb::create("loopback_tls").await else {
+        return;
+    };
+    assert!(
+        super::is_local(&std::str::FromStr::from_str(db.server_url()).expect("server URL")),
+        "the test server is expected on this machine: {}",
+        crate::redact_url(db.server_url())
+    );
+    let tls = server_offers_tls(db.server_url()).await;
+    let tag = format!("{:x}", rand::random::<u32>());
+    for (param, want) in [("", false), ("&sslmode=prefer", tls)] {
+        let name = format!("lyra_t_tls_{tag}_{}", param.len());
+        let store = PostgresStore::connect(&format!("{}&application_name={name}{param}", db.url()))
+            .await
+            .expect("connect");
+        store.list().await.expect("list");
+        let seen = tls_of(db.server_url(), &name).await;
+        assert!(
+            !seen.is_empty() && seen.iter().all(|&t| t == want),
+            "{param:?}: {seen:?}"
+        );
+        store.close().await;
+    }
+    if !tls {
+        eprintln!(
+            "loopback_connections_use_tls_only_when_asked: the server has ssl=off, so only the plain case could be told apart"
+        );
+    }
+}
+
+/// A server that refuses connections without TLS (a `hostssl` rule) still gets one: the
+/// store tries without, then with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_plain_connections_gets_tls() {
+    let Some(db) = PgTestDb::create("tls_only").await else {
+        return;
+    };
+    let proxy = TlsOnly::start(db.server_url());
+    let mut url = url::Url::parse(db.url()).expect("store URL");
+    url.set_host(Some("127.0.0.1")).expect("host");
+    url.set_port(Some(proxy.port)).expect("port");
+    let store = PostgresStore::connect(url.as_str())
+        .await
+        .expect("connect with TLS after a refusal");
+    store.begin_run(&c::apply("d", "wf")).await.expect("begin_run");
+    store.put_resource("d", &c::resource("a")).await.expect("put");
+    assert_eq!(store.load("d").await.expect("load").expect("d").resources.len(), 1);
+    // One refusal, for the first connection; from then on the pool asks for TLS at once.
+    assert_eq!(proxy.refused.load(Ordering::SeqCst), 1);
+    assert!(
+        proxy.tls.load(Ordering::SeqCst) >= 2,
+        "the first connection and the pool's"
+    );
+}
+
+/// A TCP proxy to Postgres that, like a server whose `pg_hba.conf` has only `hostssl`
+/// rules, refuses a connection that starts without asking for TLS.
+struct TlsOnly {
+    port: u16,
+    /// Connections refused for starting without TLS.
+    refused: Arc<AtomicUsize>,
+    /// Connections that asked for TLS (passed through to the server).
+    tls: Arc<AtomicUsize>,
+}
+
+impl TlsOnly {
+    fn start(server_url: &str) -> TlsOnly {
+        use std::io::{Read, Write};
+        const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+        let server = url::Url::parse(server_url).expect("server URL");
+        let upstream = format!(
+            "{}:{}",
+            server.host_str().expect("server host"),
+            server.port().unwrap_or(5432)
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let (refused, tls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (refused_, tls_) = (Arc::clone(&refused), Arc::clone(&tls));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let mut first = [0u8; 8];
+                if client.read_exact(&mut first).is_err() {
+                    continue;
+                }
+                if first != SSL_REQUEST {
+                    refused_.fetch_add(1, Ordering::SeqCst);
+                    let mut fields = Vec::new();
+                    for (code, text) in [
+                        (b'S', "FATAL"),
+                        (b'V', "FATAL"),
+                        (b'C', "28000"),
+                        (b'M', "no pg_hba.conf entry for host \"127.0.0.1\", no encryption"),
+                    ] {
+                        fields.push(code);
+                        fields.extend_from_slice(text.as_bytes());
+                        fields.push(0);
+                    }
+                    fields.push(0);
+                    let mut error = vec![b'E'];
+                    error.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
+                    error.extend_from_slice(&fields);
+                    let _ = client.write_all(&error);
+                    continue;
+                }
+                tls_.fetch_add(1, Ordering::SeqCst);
+                let Ok(mut server) = std::net::TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                if server.write_all(&first).is_err() {
+                    continue;
+                }
+                let (mut c_in, mut s_out) = (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut s_out);
+                    let _ = s_out.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut server, &mut client);
+                    let _ = client.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        TlsOnly { port, refused, tls }
+    }
+}
