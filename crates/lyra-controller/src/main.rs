@@ -24,6 +24,11 @@ use lyra_k8s::{Runtime, Settings};
 use lyra_providers::{ProvidersConfig, builtin};
 use tokio::sync::watch;
 
+// Many small short-lived allocations across worker threads (JSON, YAML, requests): glibc's
+// malloc spent a fifth of the controller's CPU on them in a backlog (ARCHITECTURE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Reconciles Lyra `Workflow` objects: applies each one's workflow to the deployment
 /// `k8s/<namespace>/<name>` in the shared state, and tears it down when the object is deleted.
 /// Serves `WorkflowDefinition`s too: each registers a package as a kind of its own, whose
