@@ -467,18 +467,8 @@ impl PostgresStore {
     }
 }
 
-/// The URL's parameters and the libpq environment variables that say something about TLS.
-const TLS_PARAMETERS: &[&str] = &[
-    "sslmode",
-    "ssl-mode",
-    "sslrootcert",
-    "ssl-root-cert",
-    "ssl-ca",
-    "sslcert",
-    "ssl-cert",
-    "sslkey",
-    "ssl-key",
-];
+/// The libpq environment variables that say something about TLS. Of the URL's parameters,
+/// those are the ones whose names start with `ssl` (see `url::POSTGRES_PARAMETERS`).
 const TLS_VARIABLES: &[&str] = &["PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY"];
 
 /// Whether neither the URL (`url`, sqlx's part of it) nor the environment (`is_set`) says
@@ -487,7 +477,7 @@ fn tls_unspecified(url: &str, is_set: impl Fn(&str) -> bool) -> bool {
     let query = url.split_once('?').map_or("", |(_, query)| query);
     let in_url = query
         .split('&')
-        .any(|param| TLS_PARAMETERS.contains(&param.split_once('=').map_or(param, |(key, _)| key)));
+        .any(|param| param.split_once('=').map_or(param, |(key, _)| key).starts_with("ssl"));
     !in_url && !TLS_VARIABLES.iter().any(|name| is_set(name))
 }
 

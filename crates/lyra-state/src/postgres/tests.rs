@@ -529,14 +529,7 @@ struct AnswerDropper {
 
 impl AnswerDropper {
     fn start(server_url: &str, marker: &'static str) -> AnswerDropper {
-        let server = url::Url::parse(server_url).expect("server URL");
-        let upstream = format!(
-            "{}:{}",
-            server.host_str().expect("server host"),
-            server.port().unwrap_or(5432)
-        );
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("address").port();
+        let (listener, port, upstream) = proxy_listener(server_url);
         let dropped = Arc::new(AtomicBool::new(false));
         let armed = Arc::new(AtomicBool::new(true));
         let seen = Arc::clone(&dropped);
@@ -791,14 +784,7 @@ impl TlsOnly {
     fn start(server_url: &str) -> TlsOnly {
         use std::io::{Read, Write};
         const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-        let server = url::Url::parse(server_url).expect("server URL");
-        let upstream = format!(
-            "{}:{}",
-            server.host_str().expect("server host"),
-            server.port().unwrap_or(5432)
-        );
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("address").port();
+        let (listener, port, upstream) = proxy_listener(server_url);
         let (refused, tls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (refused_, tls_) = (Arc::clone(&refused), Arc::clone(&tls));
         std::thread::spawn(move || {
@@ -848,4 +834,18 @@ impl TlsOnly {
         });
         TlsOnly { port, refused, tls }
     }
+}
+
+/// A proxy's listener on a free loopback port, that port, and the server's `host:port` it
+/// forwards to.
+fn proxy_listener(server_url: &str) -> (std::net::TcpListener, u16, String) {
+    let server = url::Url::parse(server_url).expect("server URL");
+    let upstream = format!(
+        "{}:{}",
+        server.host_str().expect("server host"),
+        server.port().unwrap_or(5432)
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    (listener, port, upstream)
 }
