@@ -413,7 +413,18 @@ pub struct Runtime {
     memo: Mutex<HashMap<String, Memo>>,
     /// When `memo` was last rid of old tombstones.
     swept: Mutex<Option<Instant>>,
+    /// The last program loaded for each named workflow that calls no other, by name: parsing
+    /// the same file again on each reconcile was 6% of the controller's CPU in a backlog.
+    programs: Mutex<HashMap<String, Arc<Parsed>>>,
     shutdown: watch::Sender<bool>,
+}
+
+/// A workflow file as it was read (display path and text) and the program loaded from it,
+/// with the sources its positions point into.
+struct Parsed {
+    main: (String, String),
+    program: Program,
+    sources: Sources,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -464,6 +475,7 @@ impl Runtime {
             metrics,
             memo: Mutex::new(HashMap::new()),
             swept: Mutex::new(None),
+            programs: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
         }
     }
@@ -1095,7 +1107,7 @@ impl Runtime {
             // The name is checked and resolved strictly inside the load path: a refused file
             // is never read, so nothing of it can reach the status or an event.
             Ok(WorkflowRef::Named(n)) => match self.load_path.read(n) {
-                Ok(main) => (n.clone(), main),
+                Ok(main) => return self.load_named(n, main, sources, origin),
                 // Exists but is unreadable or not UTF-8: say so, at the offending byte.
                 Err(e @ lyra_host::LookupError::Read { .. }) => {
                     let d = e.diagnostics(sources);
@@ -1143,6 +1155,41 @@ impl Runtime {
         lyra_host::load_program(&name, main, &self.load_path, self.providers.schemas(), sources)
             .map(|p| (name, p))
             .map_err(|d| Failure::new(Reason::InvalidWorkflow, diagnostics_text(&d, sources, origin)))
+    }
+
+    /// Loads the named workflow `name` from `main` (its file, as just read), or takes the
+    /// program last loaded from exactly that file. Only a workflow that calls no other is
+    /// kept: its program depends on nothing but its own text (and the providers' schemas,
+    /// fixed for the runtime's life), so a kept one is what loading it again would give.
+    fn load_named(
+        &self,
+        name: &str,
+        main: (String, String),
+        sources: &mut Sources,
+        origin: &Origin,
+    ) -> Result<(String, Program), Failure> {
+        // Kept positions point into the kept sources, so those replace `sources`: only when
+        // it is empty, as `prepare` passes it.
+        let fresh = sources.files().is_empty();
+        let kept = self.programs.lock().expect("programs lock").get(name).cloned();
+        if let Some(kept) = kept.filter(|k| fresh && k.main == main) {
+            *sources = kept.sources.clone();
+            return Ok((name.to_owned(), kept.program.clone()));
+        }
+        let program = lyra_host::load_program(name, main.clone(), &self.load_path, self.providers.schemas(), sources)
+            .map_err(|d| Failure::new(Reason::InvalidWorkflow, diagnostics_text(&d, sources, origin)))?;
+        if fresh && sources.files().len() == 1 {
+            let parsed = Parsed {
+                main,
+                program: program.clone(),
+                sources: sources.clone(),
+            };
+            self.programs
+                .lock()
+                .expect("programs lock")
+                .insert(name.to_owned(), Arc::new(parsed));
+        }
+        Ok((name.to_owned(), program))
     }
 
     /// Who holds a deployment's lease while this runtime runs it: the object's actor name,

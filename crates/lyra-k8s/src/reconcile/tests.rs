@@ -868,3 +868,56 @@ fn changed_resources_are_listed_as_far_as_the_note_holds() {
     assert_eq!(listed(&items[..1], 1024), "1 resource: Null::Resource s0 (id-0)");
     assert_eq!(listed(&["x".repeat(2000)], 1024), "1 resource, named too long to list");
 }
+
+/// The step names of the workflow a job loads, or the failure's reason.
+async fn loaded_steps(rt: &Runtime, job: &Job) -> Result<Vec<String>, Reason> {
+    let prepared = rt.prepare(job).await.map_err(|f| f.reason)?;
+    let lyra_core::model::StepKind::Workflow { steps, .. } = &prepared.program.main.root.kind else {
+        panic!("a workflow's root holds its steps");
+    };
+    // Positions point into the sources handed back with the program.
+    for s in steps {
+        assert!(prepared.sources.get(s.span.file).is_some(), "{} points nowhere", s.name);
+    }
+    Ok(steps.iter().map(|s| s.name.clone()).collect())
+}
+
+/// A workflow file is parsed once while it stays the same, and again as soon as it changes.
+#[tokio::test]
+async fn a_kept_program_is_used_only_while_its_file_is_unchanged() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let file = h.dir.path().join("workflows/one.yaml");
+    let step = |name: &str| format!("  {name}:\n    resource: Null::Resource\n    value: {{input: x}}\n");
+    std::fs::write(&file, format!("steps:\n{}", step("a"))).unwrap();
+    let j = job("one", "one", 1, json!({}));
+    assert_eq!(loaded_steps(&rt, &j).await, Ok(vec!["a".to_owned()]));
+    assert!(rt.programs.lock().unwrap().contains_key("one"), "kept");
+    assert_eq!(loaded_steps(&rt, &j).await, Ok(vec!["a".to_owned()]));
+    std::fs::write(&file, format!("steps:\n{}{}", step("a"), step("b"))).unwrap();
+    assert_eq!(loaded_steps(&rt, &j).await, Ok(vec!["a".to_owned(), "b".to_owned()]));
+    std::fs::write(&file, "steps: [not, a, mapping\n").unwrap();
+    assert_eq!(loaded_steps(&rt, &j).await, Err(Reason::InvalidWorkflow));
+    std::fs::write(&file, format!("steps:\n{}", step("c"))).unwrap();
+    assert_eq!(loaded_steps(&rt, &j).await, Ok(vec!["c".to_owned()]));
+}
+
+/// A workflow that calls another is loaded afresh each time: the called file may change
+/// without the caller's.
+#[tokio::test]
+async fn a_program_that_calls_another_workflow_is_not_kept() {
+    let h = Harness::new().await;
+    let rt = h.runtime();
+    let dir = h.dir.path().join("workflows");
+    std::fs::write(dir.join("outer.yaml"), "steps:\n  inner:\n    call: inner\n").unwrap();
+    std::fs::write(
+        dir.join("inner.yaml"),
+        "steps:\n  a:\n    resource: Null::Resource\n    value: {input: x}\n",
+    )
+    .unwrap();
+    let j = job("outer", "outer", 1, json!({}));
+    assert_eq!(loaded_steps(&rt, &j).await, Ok(vec!["inner".to_owned()]));
+    assert!(!rt.programs.lock().unwrap().contains_key("outer"));
+    std::fs::write(dir.join("inner.yaml"), "steps:\n  a:\n    resource: No::Such\n").unwrap();
+    assert_eq!(loaded_steps(&rt, &j).await, Err(Reason::InvalidWorkflow));
+}
