@@ -11,6 +11,7 @@ pub mod graph;
 pub mod guard;
 pub mod model;
 pub mod names;
+pub mod net;
 pub mod program;
 pub mod provider;
 pub mod report;

@@ -156,8 +156,7 @@ impl RegistryRef {
             Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
             _ => &self.registry,
         };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        lyra_core::net::is_loopback_host(host)
     }
 
     /// The same reference with `tag` (and no digest).

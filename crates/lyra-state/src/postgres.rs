@@ -486,12 +486,7 @@ fn is_local(connect: &PgConnectOptions) -> bool {
     let host = connect.get_host();
     connect.get_socket().is_some()
         || host.starts_with('/')
-        || host.eq_ignore_ascii_case("localhost")
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        || lyra_core::net::is_loopback_host(&host.to_ascii_lowercase())
 }
 
 /// Opens the store's first connection. With `plain_first` (TLS left to the default and the
