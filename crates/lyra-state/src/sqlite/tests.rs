@@ -246,6 +246,8 @@ async fn two_handles_on_one_file() {
 
 /// Set (to the database path) in the child process of [`killed_writer_loses_no_acknowledged_write`].
 const CRASH_CHILD_ENV: &str = "LYRA_STATE_CRASH_CHILD_DB";
+/// How many steps the child runs at once.
+const CRASH_LANES_ENV: &str = "LYRA_STATE_CRASH_CHILD_LANES";
 
 /// The child: writes forever from several concurrent "steps", printing `ACK <step>` after each
 /// write is acknowledged, until the parent kills it. A no-op in normal test runs.
@@ -254,10 +256,14 @@ async fn crash_child() {
     let Some(path) = std::env::var_os(CRASH_CHILD_ENV) else {
         return;
     };
+    let lanes: usize = std::env::var(CRASH_LANES_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(8);
     let store = SqliteStore::open(Path::new(&path)).await.expect("child open");
     store.begin_run(&c::apply("crash", "wf")).await.expect("begin_run");
     let store = &store;
-    let lanes = (0..8).map(|lane| async move {
+    let lanes = (0..lanes).map(|lane| async move {
         // Bounded so a child whose parent died does not write forever.
         for i in 0..200_000 {
             let step = format!("lane{lane}/{i:06}");
@@ -272,7 +278,17 @@ async fn crash_child() {
 
 #[test]
 fn killed_writer_loses_no_acknowledged_write() {
-    const KILL_AFTER: usize = 2000;
+    killed_writer_loses_nothing_it_acknowledged(8, 2000);
+}
+
+/// As above with many more steps writing at once than [`super::writer::OFFLOAD_AT`], so the
+/// child is killed while a blocking thread commits its crowds.
+#[test]
+fn killed_writer_in_a_crowd_loses_no_acknowledged_write() {
+    killed_writer_loses_nothing_it_acknowledged(8 * super::writer::OFFLOAD_AT, 6000);
+}
+
+fn killed_writer_loses_nothing_it_acknowledged(lanes: usize, kill_after: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("crash.db");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
@@ -284,6 +300,7 @@ fn killed_writer_loses_no_acknowledged_write() {
             "1",
         ])
         .env(CRASH_CHILD_ENV, &path)
+        .env(CRASH_LANES_ENV, lanes.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -303,7 +320,7 @@ fn killed_writer_loses_no_acknowledged_write() {
 
     let mut acked = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while acked.len() < KILL_AFTER {
+    while acked.len() < kill_after {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
             Ok(line) => acked.extend(line.strip_prefix("ACK ").map(str::to_owned)),
@@ -734,8 +751,16 @@ async fn callers_giving_up_cut_no_one_else_short() {
     let f = Fixture::new().await;
     f.store.begin_run(&c::apply("d", "wf")).await.expect("begin_run");
     let mut waited = Vec::new();
+    let mut queued = Vec::new();
     for round in 0..20 {
-        let records: Vec<_> = (0..60).map(|i| c::resource(&format!("r{round:02}-{i:02}"))).collect();
+        // Crowds past the hand-off to a blocking thread, and smaller ones that stay inline.
+        let n = if round % 2 == 0 {
+            60
+        } else {
+            5 * super::writer::OFFLOAD_AT
+        };
+        let records: Vec<_> = (0..n).map(|i| c::resource(&format!("r{round:02}-{i:03}"))).collect();
+        queued.extend(records.iter().cloned());
         let calls = records.iter().enumerate().map(|(i, r)| {
             let store = &f.store;
             async move {
@@ -754,6 +779,7 @@ async fn callers_giving_up_cut_no_one_else_short() {
             waited.push(record);
         }
     }
+    assert!(f.store.writer.offloaded_batches() > 0, "no crowd was handed over");
     let state = f.store.load("d").await.expect("load").expect("deployment");
     for record in &waited {
         assert!(state.resources.contains(record), "{} is missing", record.step_id);
@@ -763,6 +789,17 @@ async fn callers_giving_up_cut_no_one_else_short() {
         .await
         .expect("the store still writes");
     f.store.close().await.expect("close");
+    // Those given up on were queued all the same: committed by the time the store closed.
+    let store = SqliteStore::open(&f.path).await.expect("reopen");
+    let state = store.load("d").await.expect("load").expect("deployment");
+    for record in &queued {
+        assert!(
+            state.resources.contains(record),
+            "{} (given up on) is missing",
+            record.step_id
+        );
+    }
+    store.close().await.expect("close");
 }
 
 /// The load decodes each record from the column text SQLite lends it: text holding
@@ -841,5 +878,104 @@ async fn reads_wait_for_a_free_connection() {
         .expect("d");
     assert_eq!(state.resources.len(), 200);
     drop(two);
+    store.close().await.expect("close");
+}
+
+// --- Crowds of writes: the queue handed to a blocking thread ----------------------------------
+
+/// `n` puts of one record, queued in order by callers that do not wait for each other: the
+/// last queued must be what is stored, whoever committed each batch.
+async fn queued_in_order_land_in_order(store: &SqliteStore, deployment: &str, n: usize) {
+    let versions: Vec<_> = (0..n)
+        .map(|i| {
+            let mut record = c::resource("same");
+            record.desired.insert("version".into(), i.into());
+            record
+        })
+        .collect();
+    // `join_all` polls in order, so each put is queued before the next.
+    let puts = versions.iter().map(|r| store.put_resource(deployment, r));
+    for result in futures::future::join_all(puts).await {
+        result.expect("put");
+    }
+    let state = store.load(deployment).await.expect("load").expect("deployment");
+    let stored = state.resources.iter().find(|r| r.step_id == "same").expect("stored");
+    assert_eq!(
+        stored.desired["version"],
+        serde_json::json!(n - 1),
+        "an earlier write won"
+    );
+}
+
+/// The CLI's case: one runtime thread, thousands of independent steps writing at once.
+#[test]
+fn a_crowd_on_one_thread_lands_whole_and_in_order() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let f = Fixture::new().await;
+        f.store.begin_run(&c::apply("d", "wf")).await.expect("begin_run");
+        let n = 5 * super::writer::OFFLOAD_AT * 16;
+        let records: Vec<_> = (0..n).map(|i| c::resource(&format!("r{i:05}"))).collect();
+        let puts = records.iter().map(|r| f.store.put_resource("d", r));
+        for result in futures::future::join_all(puts).await {
+            result.expect("put");
+        }
+        assert!(
+            f.store.writer.offloaded_batches() > 0,
+            "the crowd stayed on the runtime thread"
+        );
+        let state = f.store.load("d").await.expect("load").expect("deployment");
+        assert_eq!(state.resources.len(), n);
+        for record in &records {
+            assert!(state.resources.contains(record), "{} is missing", record.step_id);
+        }
+        // Crowds, then lone writes, then crowds again: each change of committer keeps order.
+        for round in 0..4 {
+            let before = f.store.writer.offloaded_batches();
+            queued_in_order_land_in_order(&f.store, "d", 3 * super::writer::OFFLOAD_AT + round).await;
+            assert!(
+                f.store.writer.offloaded_batches() > before,
+                "round {round} stayed inline"
+            );
+            queued_in_order_land_in_order(&f.store, "d", 1 + round).await;
+        }
+        f.store.close().await.expect("close");
+        let store = SqliteStore::open(&f.path).await.expect("reopen");
+        let state = store.load("d").await.expect("load").expect("deployment");
+        assert_eq!(state.resources.len(), n + 1);
+        store.close().await.expect("close");
+    });
+}
+
+/// Several runtime threads writing crowds and lone writes at once: inline leaders and the
+/// blocking committer take turns on one queue, and nothing is lost, reordered or stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crowds_from_several_threads_keep_their_order() {
+    let f = Fixture::new().await;
+    let store = Arc::new(f.store);
+    let mut tasks = Vec::new();
+    for lane in 0..4 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let deployment = format!("lane{lane}");
+            store.begin_run(&c::apply(&deployment, "wf")).await.expect("begin_run");
+            for round in 0..6 {
+                let n = if (lane + round) % 2 == 0 {
+                    4 * super::writer::OFFLOAD_AT
+                } else {
+                    3
+                };
+                queued_in_order_land_in_order(&store, &deployment, n).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("lane");
+    }
+    let store = Arc::into_inner(store).expect("sole owner");
+    assert!(store.writer.offloaded_batches() > 0, "no crowd was handed over");
     store.close().await.expect("close");
 }

@@ -1,5 +1,6 @@
-//! Group commit on the caller's thread: the callers share the write connection, and one at a
-//! time commits what is queued.
+//! Group commit: the callers share the write connection, and one committer at a time commits
+//! what is queued, on the caller's thread while writes come one by one, and on a second thread
+//! once they come in crowds.
 //!
 //! The engine records each step's outcome and waits for it before starting the step's
 //! dependents, often from many steps at once. A commit per call would serialise all of them
@@ -14,6 +15,14 @@
 //! when its call returns. A batch of one single-statement write skips `BEGIN`/`COMMIT` and
 //! runs as its own autocommit transaction: in a deep chain of dependent steps that is every
 //! write.
+//!
+//! When [`OFFLOAD_AT`] writes are queued at once (many independent steps finishing together),
+//! committing on the caller's thread would hold up the work that produces the rest: on the
+//! CLI's one runtime thread the engine and the disk took turns. The write that fills the queue
+//! that far hands it to a blocking thread instead, which commits batch after batch until the
+//! queue is empty while the caller's thread goes on. Whoever commits takes each batch while
+//! holding the connection, so batches commit in the order they were queued, whoever commits
+//! them.
 //!
 //! The inline commit never waits for a lock: the connection's busy handler is off for it. If
 //! another process holds the database's write lock, the batch is committed again on a
@@ -43,7 +52,7 @@
 //! gets the same error.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 use lyra_core::state::RunId;
@@ -56,6 +65,17 @@ use crate::store::Fence;
 
 /// Most writes committed in one transaction.
 const MAX_BATCH: usize = 1024;
+
+/// Queued writes that make the queue's committing move to a blocking thread. Below it a
+/// hand-off costs more than it frees; a deep chain queues one write at a time and never
+/// reaches it.
+pub(crate) const OFFLOAD_AT: usize = 64;
+
+/// A batch this big is part of a crowd: the offloaded committer waits for the next one.
+const LINGER_AFTER: usize = OFFLOAD_AT / 4;
+
+/// How long the offloaded committer waits for more writes after a crowd's batch.
+const LINGER: Duration = Duration::from_millis(2);
 
 /// One write.
 pub(crate) enum Op {
@@ -135,7 +155,24 @@ pub(crate) enum Done {
     Existed(bool),
 }
 
-type Reply = Result<Done, Arc<Error>>;
+/// A write's outcome, and the write itself: its caller drops that, on the thread that made
+/// it. Freed on the committing thread instead, each write's memory went back to the other
+/// thread's allocator, and the caller's thread, finding none of its own, allocated slowly.
+struct Reply {
+    result: Result<Done, Arc<Error>>,
+    _spent: (Op, Option<Fence>),
+}
+
+impl Job {
+    fn answer(self, result: Result<Done, Arc<Error>>) {
+        let Job { op, fence, reply } = self;
+        // A waiter that gave up is fine: its write is committed (or refused) anyway.
+        let _ = reply.send(Reply {
+            result,
+            _spent: (op, fence),
+        });
+    }
+}
 
 struct Job {
     op: Op,
@@ -151,17 +188,37 @@ pub(crate) struct Writer {
 
 struct Inner {
     queue: Mutex<Queue>,
+    /// Wakes the offloaded committer waiting for writes ([`Queue::parked`]).
+    wake: Condvar,
     /// The connection: whoever holds it commits. `None` once closed.
-    task: Arc<Mutex<Option<Task>>>,
+    task: Mutex<Option<Task>>,
+    /// Batches committed by a blocking thread the queue was handed to (tests check there
+    /// were some).
+    #[cfg(test)]
+    offloaded: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
 struct Queue {
     jobs: Vec<Job>,
-    /// Someone is committing what is queued: a caller, or a drainer task it handed over to.
-    /// Never set with the queue left empty for good: whoever clears it has seen it empty.
-    leading: bool,
+    /// Who commits what is queued. Never left set with the queue empty for good: whoever
+    /// clears it has seen it empty.
+    committer: Committer,
+    /// The offloaded committer waits for writes: the next one wakes it.
+    parked: bool,
     closed: bool,
+}
+
+/// Who commits the queue.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Committer {
+    /// Nobody: the next write leads.
+    #[default]
+    None,
+    /// A caller on a runtime thread, or a drainer task it handed over to.
+    Inline,
+    /// A blocking thread, until the queue is empty.
+    Offloaded,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -173,66 +230,182 @@ impl Inner {
         lock(&self.queue)
     }
 
-    /// The next batch, or `None` (and no longer leading) when nothing is queued.
-    fn next_batch(&self) -> Option<Vec<Job>> {
+    /// The next batch for `who`, taken while holding the connection (so batches commit in
+    /// queue order); `None` once `who` no longer commits: the queue is empty (and nobody
+    /// commits now) or someone else took over.
+    fn next_batch(&self, who: Committer) -> Option<Vec<Job>> {
         let mut q = self.queue();
+        if q.committer != who {
+            return None;
+        }
         if q.jobs.is_empty() {
-            q.leading = false;
+            q.committer = Committer::None;
             return None;
         }
         let n = q.jobs.len().min(MAX_BATCH);
         Some(q.jobs.drain(..n).collect())
     }
 
-    /// Commits `jobs` and answers them: here, on this thread, unless that would wait (another
-    /// process holds the write lock, or a commit that did wait still holds the connection);
-    /// then on a blocking thread, which waits as long as the busy timeout allows.
-    async fn commit(&self, jobs: Vec<Job>) {
-        let Some(jobs) = self.commit_here(jobs) else {
-            return;
-        };
-        let task = Arc::clone(&self.task);
-        let waited = tokio::task::spawn_blocking(move || {
-            if let Some(task) = lock(&task).as_mut() {
-                task.commit(jobs, Wait::Yes);
+    /// Commits the next inline batch: here, on this thread, unless that would wait (another
+    /// process holds the write lock, or a blocking thread holds the connection); then on a
+    /// blocking thread, which waits as long as the busy timeout allows. Whether to go on.
+    async fn commit_next(self: &Arc<Self>) -> bool {
+        match self.commit_here() {
+            Here::Done(more) => more,
+            Here::MustWait => {
+                let inner = Arc::clone(self);
+                let waited = tokio::task::spawn_blocking(move || inner.commit_waiting(Committer::Inline));
+                // A caller that gives up leaves the commit running; it answers its waiters
+                // itself. A blocking thread that never ran (the runtime is going) took nothing.
+                waited.await.unwrap_or(false)
             }
-        });
-        // A caller that gives up leaves the commit running; it answers its waiters itself.
-        let _ = waited.await;
+        }
     }
 
-    /// The inline half of [`Inner::commit`]: the jobs back if they must wait.
-    fn commit_here(&self, jobs: Vec<Job>) -> Option<Vec<Job>> {
+    /// The inline half of [`Inner::commit_next`].
+    fn commit_here(&self) -> Here {
+        // Handed to a blocking thread: no need to wait for the connection to learn that.
+        if self.queue().committer != Committer::Inline {
+            return Here::Done(false);
+        }
         let mut task = match self.task.try_lock() {
             Ok(task) => task,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return Some(jobs),
+            Err(TryLockError::WouldBlock) => return Here::MustWait,
+        };
+        let Some(jobs) = self.next_batch(Committer::Inline) else {
+            return Here::Done(false);
         };
         // Closed meanwhile: the jobs are dropped, and their callers told so.
-        task.as_mut()?.commit(jobs, Wait::No)
+        let Some(task) = task.as_mut() else {
+            return Here::Done(true);
+        };
+        match task.commit(jobs, Wait::No) {
+            None => Here::Done(true),
+            Some(busy) => {
+                // Back to the front, to be taken again by the thread that may wait.
+                self.queue().jobs.splice(0..0, busy);
+                Here::MustWait
+            }
+        }
+    }
+
+    /// Commits the next batch of `who`, waiting for the connection and for the write lock
+    /// (on a blocking thread). Whether to go on.
+    fn commit_waiting(&self, who: Committer) -> bool {
+        self.commit_waiting_counted(who).is_some()
+    }
+
+    /// [`Inner::commit_waiting`], saying how many writes the batch had.
+    fn commit_waiting_counted(&self, who: Committer) -> Option<usize> {
+        let mut task = lock(&self.task);
+        let jobs = self.next_batch(who)?;
+        let n = jobs.len();
+        #[cfg(test)]
+        if who == Committer::Offloaded {
+            self.offloaded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(task) = task.as_mut() {
+            task.commit(jobs, Wait::Yes);
+        }
+        Some(n)
     }
 
     /// Commits until nothing is queued (a drainer task's whole life).
     async fn drain(self: Arc<Self>) {
         let mut lead = Lead::new(&self);
-        while let Some(jobs) = self.next_batch() {
-            self.commit(jobs).await;
-        }
+        while self.commit_next().await {}
         lead.done();
     }
 
-    /// Stops leading if nothing is queued; otherwise whoever asks keeps leading.
+    /// A blocking thread's whole life once the queue is handed to it (see [`OFFLOAD_AT`]).
+    /// After a batch of a crowd's size it waits a little for the next writes, which come in
+    /// crowds too while the caller's thread finishes steps; had it gone, the first of them
+    /// would lead inline and commit the rest on the caller's thread. After a smaller batch
+    /// it goes once the queue is empty: single writes (a chain) commit best inline.
+    fn offloaded(&self) {
+        let mut guard = Offload {
+            inner: self,
+            unwinding: true,
+        };
+        let mut linger = true;
+        while self.wait_for_writes(linger) {
+            match self.commit_waiting_counted(Committer::Offloaded) {
+                Some(n) => linger = n >= LINGER_AFTER,
+                None => break,
+            }
+        }
+        guard.unwinding = false;
+    }
+
+    /// Whether there are writes to commit: at once, or, if `linger`, within [`LINGER`]. If
+    /// not, the offloaded committer is done (and nobody commits now).
+    fn wait_for_writes(&self, linger: bool) -> bool {
+        let mut q = self.queue();
+        if q.jobs.is_empty() && linger && !q.closed {
+            q.parked = true;
+            q = self
+                .wake
+                .wait_timeout_while(q, LINGER, |q| q.jobs.is_empty() && !q.closed)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            q.parked = false;
+        }
+        if q.jobs.is_empty() {
+            q.committer = Committer::None;
+            return false;
+        }
+        true
+    }
+
+    /// Stops leading inline if nothing is queued (or another committer took over); otherwise
+    /// whoever asks keeps leading.
     fn stop_if_idle(&self) -> bool {
         let mut q = self.queue();
-        if q.jobs.is_empty() {
-            q.leading = false;
+        match q.committer {
+            Committer::Inline if q.jobs.is_empty() => {
+                q.committer = Committer::None;
+                true
+            }
+            Committer::Inline => false,
+            Committer::None | Committer::Offloaded => true,
         }
-        !q.leading
     }
 }
 
-/// Held while leading: if the leader goes before it is [`Lead::done`] (it handed over, or its
-/// future was dropped), a drainer task takes over, so queued writes never lack a leader.
+/// What [`Inner::commit_here`] did.
+enum Here {
+    /// Committed a batch (`true`), or found nothing more to commit (`false`).
+    Done(bool),
+    /// The batch, if any, is still queued: it needs a thread that may wait.
+    MustWait,
+}
+
+/// Held by the offloaded committer: should it unwind, the writes it left queued fail (their
+/// callers are told the store closed) rather than wait for a committer that is gone.
+struct Offload<'a> {
+    inner: &'a Inner,
+    unwinding: bool,
+}
+
+impl Drop for Offload<'_> {
+    fn drop(&mut self) {
+        if !self.unwinding {
+            return;
+        }
+        // Still the committer: only this thread moves the queue on from `Offloaded`.
+        let left = {
+            let mut q = self.inner.queue();
+            q.committer = Committer::None;
+            std::mem::take(&mut q.jobs)
+        };
+        drop(left);
+    }
+}
+
+/// Held while leading inline: if the leader goes before it is [`Lead::done`] (it handed
+/// over, or its future was dropped), a drainer task takes over, so queued writes never lack
+/// a leader.
 struct Lead {
     inner: Arc<Inner>,
     done: bool,
@@ -246,7 +419,7 @@ impl Lead {
         }
     }
 
-    /// Nothing is left to lead (and `leading` was cleared).
+    /// Nothing is left to lead (and the committer was cleared or taken over).
     fn done(&mut self) {
         self.done = true;
     }
@@ -262,7 +435,12 @@ impl Drop for Lead {
                 runtime.spawn(Arc::clone(&self.inner).drain());
             }
             // No runtime left to drain on: the next caller leads.
-            Err(_) => self.inner.queue().leading = false,
+            Err(_) => {
+                let mut q = self.inner.queue();
+                if q.committer == Committer::Inline {
+                    q.committer = Committer::None;
+                }
+            }
         }
     }
 }
@@ -272,12 +450,15 @@ impl Writer {
         Writer {
             inner: Arc::new(Inner {
                 queue: Mutex::default(),
-                task: Arc::new(Mutex::new(Some(Task {
+                wake: Condvar::new(),
+                task: Mutex::new(Some(Task {
                     conn,
                     busy_timeout,
                     waits: true,
                     known: HashSet::new(),
-                }))),
+                })),
+                #[cfg(test)]
+                offloaded: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
@@ -291,14 +472,34 @@ impl Writer {
     /// until it is committed (or refused).
     pub async fn submit_fenced(&self, op: Op, fence: Option<Fence>) -> Result<Done, Error> {
         let (reply, mut answer) = oneshot::channel();
-        let lead = {
+        let (lead, offload) = {
             let mut q = self.inner.queue();
             if q.closed {
                 return Err(Error::Closed);
             }
             q.jobs.push(Job { op, fence, reply });
-            !std::mem::replace(&mut q.leading, true)
+            match q.committer {
+                Committer::None => {
+                    q.committer = Committer::Inline;
+                    (true, false)
+                }
+                Committer::Inline if q.jobs.len() >= OFFLOAD_AT => {
+                    q.committer = Committer::Offloaded;
+                    (false, true)
+                }
+                Committer::Offloaded if q.parked => {
+                    q.parked = false;
+                    self.inner.wake.notify_one();
+                    (false, false)
+                }
+                Committer::Inline | Committer::Offloaded => (false, false),
+            }
         };
+        if offload {
+            let inner = Arc::clone(&self.inner);
+            // Not awaited: it answers its waiters itself, this one among them.
+            drop(tokio::task::spawn_blocking(move || inner.offloaded()));
+        }
         let mut answered = None;
         if lead {
             let mut guard = Lead::new(&self.inner);
@@ -315,12 +516,11 @@ impl Writer {
                         break;
                     }
                 }
-                let Some(jobs) = self.inner.next_batch() else {
-                    // Taken by `close`, which answers it.
-                    guard.done();
+                if !self.inner.commit_next().await {
+                    // Nothing left to lead: it was taken by `close` (which answers it) or by
+                    // the offloaded committer (which will).
                     break;
-                };
-                self.inner.commit(jobs).await;
+                }
             }
             if self.inner.stop_if_idle() {
                 guard.done();
@@ -330,13 +530,19 @@ impl Writer {
             Some(got) => got,
             None => (&mut answer).await.map_err(|_| ()),
         };
-        match answered {
+        match answered.map(|reply| reply.result) {
             Ok(Ok(value)) => Ok(value),
             // Sole owner: the error was this write's own; otherwise the batch shares it.
             Ok(Err(e)) => Err(Arc::try_unwrap(e).unwrap_or_else(Error::Batch)),
             // Dropped unanswered: the store closed first.
             Err(_) => Err(Error::Closed),
         }
+    }
+
+    /// How many batches a blocking thread committed, having been handed the queue.
+    #[cfg(test)]
+    pub fn offloaded_batches(&self) -> usize {
+        self.inner.offloaded.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs `f` on the write connection (tests look at its settings).
@@ -347,20 +553,21 @@ impl Writer {
 
     /// Stops accepting writes, commits the queued ones and closes the connection.
     pub async fn close(&self) -> Result<(), Error> {
-        let left = {
-            let mut q = self.inner.queue();
-            q.closed = true;
-            std::mem::take(&mut q.jobs)
-        };
-        let task = Arc::clone(&self.inner.task);
+        self.inner.queue().closed = true;
+        // A committer waiting for writes goes now.
+        self.inner.wake.notify_all();
+        let inner = Arc::clone(&self.inner);
         // On a blocking thread: it waits for a batch being committed, and closing checkpoints
         // the WAL into the database.
         tokio::task::spawn_blocking(move || {
-            let Some(mut task) = lock(&task).take() else {
+            let mut held = lock(&inner.task);
+            let Some(mut task) = held.take() else {
                 return Ok(());
             };
-            // Queued by callers that gave up waiting: still committed, as they would have been.
-            let mut left = left;
+            // Queued by callers that gave up waiting: still committed, as they would have
+            // been. Taken while holding the connection, as every batch is.
+            let mut left = std::mem::take(&mut inner.queue().jobs);
+            drop(held);
             while !left.is_empty() {
                 let rest = left.split_off(left.len().min(MAX_BATCH));
                 task.commit(left, Wait::Yes);
@@ -420,8 +627,7 @@ impl Task {
             Err(e) if !waits && is_busy(&e) => Some(jobs),
             Ok(results) => {
                 for (job, result) in jobs.into_iter().zip(results) {
-                    // A waiter that gave up is fine: its write is committed anyway.
-                    let _ = job.reply.send(result.map_err(Arc::new));
+                    job.answer(result.map_err(Arc::new));
                 }
                 None
             }
@@ -437,7 +643,7 @@ impl Task {
 fn answer_all(jobs: Vec<Job>, e: rusqlite::Error) {
     let e = Arc::new(Error::Sqlite(e));
     for job in jobs {
-        let _ = job.reply.send(Err(Arc::clone(&e)));
+        job.answer(Err(Arc::clone(&e)));
     }
 }
 
