@@ -2,7 +2,7 @@
 //! spinner that counts what is done. Quiet when stderr is not a terminal (unless --verbose),
 //! so that stdout stays clean data for pipes.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,7 +21,8 @@ pub struct Progress {
     /// asked before the run (see `confirm`) must not be drawn over.
     ticking: AtomicBool,
     /// Steps that started and have not finished: not every finished step started (skips).
-    started: Mutex<HashSet<String>>,
+    /// In order, so the first few are at hand: hundreds may be waiting for their records.
+    started: Mutex<BTreeSet<String>>,
 }
 
 impl Progress {
@@ -40,7 +41,7 @@ impl Progress {
             done: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             ticking: AtomicBool::new(false),
-            started: Mutex::new(HashSet::new()),
+            started: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -60,11 +61,16 @@ impl Progress {
             return;
         }
         let (d, r) = (self.done.load(Ordering::Relaxed), self.running.load(Ordering::Relaxed));
-        // Which steps a long run is waiting on: a few of them, by name (at most `concurrency`
-        // are running).
-        let mut running: Vec<String> = self.started.lock().expect("progress lock").iter().cloned().collect();
-        running.sort();
-        let mut names = running.into_iter().take(3).collect::<Vec<_>>().join(", ");
+        // Which steps a long run is waiting on: a few of them, by name.
+        let mut names = {
+            let started = self.started.lock().expect("progress lock");
+            started
+                .iter()
+                .take(3)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         if r > 3 {
             names.push_str(", …");
         }

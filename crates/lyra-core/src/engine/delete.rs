@@ -129,7 +129,9 @@ impl Run<'_, '_> {
             self.report(finish(Status::Planned, None));
             return true;
         }
-        let _permit = self.sem.acquire().await;
+        // Held for the provider's calls only, as when applying (see `Run::resource`).
+        let _slot = self.window.acquire().await;
+        let permit = self.sem.acquire().await;
         self.engine.observer.step_started(&rec.step_id, &rec.type_name);
         if rec.managed {
             let Some(provider) = self.engine.providers.get(&rec.type_name) else {
@@ -180,6 +182,7 @@ impl Run<'_, '_> {
                 return failed(provider_failed(e));
             }
         }
+        drop(permit);
         if let Err(source) = self.engine.store.remove_resource(self.deployment, &rec.step_id).await {
             let e = StepError::Forget {
                 step_id: rec.step_id.clone(),

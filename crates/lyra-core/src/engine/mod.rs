@@ -2,7 +2,10 @@
 //! diff but change nothing, and values that only an apply would produce are `Unknown`.
 //!
 //! Independent steps run concurrently; provider operations are bounded by a semaphore
-//! (`concurrency`). A step starts only when everything it reads is produced *and recorded*:
+//! (`concurrency`). A step's slot covers its provider calls and the intent recorded before a
+//! create, not the record of its outcome: steps waiting for theirs to commit hold no slot, so
+//! more of them share each commit (up to [`RECORDING_WINDOW`] steps between their first call
+//! and their record). A step starts only when everything it reads is produced *and recorded*:
 //! each resource outcome is written through the [`Recorder`] before its returns are
 //! published, so a crash at any moment loses nothing. A failed step's dependents are skipped,
 //! independent branches finish, and no resource of a failed or skipped step is ever deleted.
@@ -82,6 +85,11 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
+/// Most resource steps that have begun their provider calls and not yet recorded the
+/// outcome. Their records queue for commits shared by many (so the more the fewer commits),
+/// while each holds its values until then (so not without bound).
+const RECORDING_WINDOW: usize = 256;
+
 /// Runs programs against providers and a state store.
 pub struct Engine<'a> {
     pub providers: &'a Providers,
@@ -160,6 +168,9 @@ struct Run<'e, 'a> {
     /// to it.
     run_id: Option<RunId>,
     sem: async_lock::Semaphore,
+    /// Slots of the steps between their first provider call and their outcome's record:
+    /// [`RECORDING_WINDOW`], or `concurrency` if more.
+    window: async_lock::Semaphore,
     reports: Mutex<Vec<StepReport>>,
     claims: Mutex<Claims>,
     /// Step failures that are not tied to a single resource report (store errors).
@@ -609,6 +620,7 @@ impl<'e, 'a> Run<'e, 'a> {
             prior,
             run_id,
             sem: async_lock::Semaphore::new(engine.concurrency.max(1)),
+            window: async_lock::Semaphore::new(RECORDING_WINDOW.max(engine.concurrency)),
             reports: Mutex::new(reports),
             fatal: Mutex::new(None),
             secrets: Mutex::new(Secrets::default()),

@@ -61,6 +61,9 @@ struct Target<'s> {
 /// The resource as it is now: its id and actual state.
 type Current = (String, Map);
 
+/// A step's slot among the run's `concurrency` provider operations.
+type Permit<'a> = async_lock::SemaphoreGuard<'a>;
+
 /// Why a step's provider call or its intent record failed.
 enum Failure {
     Provider(ProviderError),
@@ -129,7 +132,11 @@ impl Run<'_, '_> {
             Err(e) => return self.fail_step(&at, e),
         };
 
-        let _permit = self.sem.acquire().await;
+        // The provider slot is let go before the outcome's record is written: a commit waits
+        // for the disk, not for a provider, and steps that wait for theirs together share one
+        // (see `Recorder`). The window slot is held until the record is written.
+        let _slot = self.window.acquire().await;
+        let permit = self.sem.acquire().await;
         // Cancelled while waiting for a slot: do not start.
         if self.cancelled() {
             return self.skip_step(step, &id, CANCELLED);
@@ -170,8 +177,8 @@ impl Run<'_, '_> {
             depends_on: origins.into_iter().filter(|o| *o != id).map(str::to_owned).collect(),
         };
         match ownership {
-            Ownership::Managed => self.managed(&t).await,
-            Ownership::Read(ext) => self.read_only(&t, ext).await,
+            Ownership::Managed => self.managed(&t, permit).await,
+            Ownership::Read(ext) => self.read_only(&t, ext, permit).await,
             Ownership::ReadLater => {
                 let unknown = step.returns.iter().map(|r| (r.name.clone(), Val::unknown())).collect();
                 self.finish(&t.at, Action::Read, vec![], None, unknown)
@@ -241,7 +248,7 @@ impl Run<'_, '_> {
 
     /// A read-only resource: read, recorded when it changed, never created, updated or
     /// deleted.
-    async fn read_only(&self, t: &Target<'_>, ext: String) -> Done {
+    async fn read_only(&self, t: &Target<'_>, ext: String, permit: Permit<'_>) -> Done {
         let actual = match self
             .guarded(t, || t.provider.read(&t.cx, &ext, t.prior.map(|p| &p.actual)))
             .await
@@ -260,6 +267,7 @@ impl Run<'_, '_> {
             }
             Err(e) => return self.fail_step(&t.at, self.provider_failed(t, e)),
         };
+        drop(permit);
         let secret = self.secret_attributes(t, &actual);
         if self.mode == Mode::Apply {
             let rec = ResourceRecord {
@@ -289,7 +297,7 @@ impl Run<'_, '_> {
     }
 
     /// A managed resource: planned, or converged and recorded.
-    async fn managed(&self, t: &Target<'_>) -> Done {
+    async fn managed(&self, t: &Target<'_>, permit: Permit<'_>) -> Done {
         let current = match self.current(t).await {
             Ok(c) => c,
             Err(e) => return self.fail_step(&t.at, e),
@@ -326,7 +334,7 @@ impl Run<'_, '_> {
                 Err(e) => self.fail_as(&t.at, action, ext, e),
             };
         }
-        self.converge(t, action, changes, current).await
+        self.converge(t, action, changes, current, permit).await
     }
 
     /// What is there now? A resource deleted behind our back is created again. A pending
@@ -376,6 +384,7 @@ impl Run<'_, '_> {
         action: Action,
         changes: Vec<AttrChange>,
         current: Option<Current>,
+        permit: Permit<'_>,
     ) -> Done {
         // The intent is recorded before `create` so that a crash before the result is recorded
         // leaves a trace (see `Lookup`). For a replace it follows the delete: until then the
@@ -432,6 +441,8 @@ impl Run<'_, '_> {
             Ok(()) => Ok((ext, actual)),
             Err(e) => Err(Failure::Unstorable(e)),
         });
+        // The provider is done with: what is left is recording the outcome.
+        drop(permit);
         let (ext, actual) = match result {
             Ok(r) => r,
             Err(Failure::Unstorable(e)) => {

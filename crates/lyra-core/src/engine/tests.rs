@@ -1376,3 +1376,124 @@ fn a_preloaded_state_answers_the_first_load_of_its_deployment_only() {
     let failing = crate::state::Preloaded::new(store, "d", Err(down));
     assert!(block_on(failing.load("d")).is_err());
 }
+
+/// A store whose records of outcomes (not intents) wait at a gate, which opens for good once
+/// no more arrive for a second (the run can go no further without it): how many waited then
+/// is how many steps can wait for their records at once.
+struct GatedStore {
+    inner: MemStore,
+    gate: Arc<Mutex<Gate>>,
+}
+
+struct Gate {
+    waiting: usize,
+    most: usize,
+    open: bool,
+    last_arrival: Instant,
+    wakers: Vec<std::task::Waker>,
+}
+
+impl GatedStore {
+    fn new() -> GatedStore {
+        let gate = Arc::new(Mutex::new(Gate {
+            waiting: 0,
+            most: 0,
+            open: false,
+            last_arrival: Instant::now(),
+            wakers: Vec::new(),
+        }));
+        let watched = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(50));
+                let mut g = watched.lock().unwrap();
+                if g.waiting > 0 && g.last_arrival.elapsed() > Duration::from_secs(1) {
+                    g.open = true;
+                    g.wakers.drain(..).for_each(std::task::Waker::wake);
+                    return;
+                }
+            }
+        });
+        GatedStore {
+            inner: MemStore::default(),
+            gate,
+        }
+    }
+}
+
+#[async_trait]
+impl crate::state::Recorder for GatedStore {
+    fn store_id(&self) -> &str {
+        self.inner.store_id()
+    }
+    async fn load(&self, d: &str) -> Result<Option<DeploymentState>, StoreError> {
+        self.inner.load(d).await
+    }
+    async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError> {
+        self.inner.begin_run(run).await
+    }
+    async fn put_resource(&self, d: &str, rec: &ResourceRecord) -> Result<(), StoreError> {
+        if !rec.pending {
+            {
+                let mut g = self.gate.lock().unwrap();
+                g.waiting += 1;
+                g.most = g.most.max(g.waiting);
+                g.last_arrival = Instant::now();
+            }
+            futures::future::poll_fn(|cx| {
+                let mut g = self.gate.lock().unwrap();
+                if g.open {
+                    return std::task::Poll::Ready(());
+                }
+                g.wakers.push(cx.waker().clone());
+                std::task::Poll::Pending
+            })
+            .await;
+            self.gate.lock().unwrap().waiting -= 1;
+        }
+        self.inner.put_resource(d, rec).await
+    }
+    async fn remove_resource(&self, d: &str, step_id: &str) -> Result<(), StoreError> {
+        self.inner.remove_resource(d, step_id).await
+    }
+    async fn finish_run(&self, run: RunId, end: &RunEnd) -> Result<(), StoreError> {
+        self.inner.finish_run(run, end).await
+    }
+}
+
+/// Steps waiting for their outcome's record hold no provider slot, so more of them than
+/// `concurrency` wait together (and share a commit); but no more than the recording window,
+/// however many steps are ready.
+#[test]
+fn steps_waiting_for_their_records_hold_no_provider_slot_within_a_window() {
+    let f = Fixture::new();
+    let n = RECORDING_WINDOW + 44;
+    let mut yaml = String::from("steps:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  s{i}:\n    resource: Test::Thing\n    value: {{input: v{i}}}\n"
+        ));
+    }
+    let mut sources = Sources::default();
+    let prog = load(&yaml, &f.providers, &mut sources);
+    let store = GatedStore::new();
+    let engine = Engine {
+        providers: &f.providers,
+        store: &store,
+        observer: &Quiet,
+        sources: &sources,
+        concurrency: 4,
+        cancel: &f.cancel,
+        hints: &Words,
+        timer: &ThreadTimer,
+        leave_to_exit: false,
+    };
+    let r = block_on(engine.apply(&prog, "d", &Map::new(), "test")).unwrap();
+    assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
+    assert_eq!(r.counts.created as usize, n);
+    // Had the provider slot been held, 4 would have waited; with no window, all of them.
+    let most = store.gate.lock().unwrap().most;
+    assert_eq!(most, RECORDING_WINDOW, "steps waiting for their records at once");
+    let d = store.inner.deployments.lock().unwrap();
+    assert_eq!(d["d"].resources.iter().filter(|r| !r.pending).count(), n);
+}
