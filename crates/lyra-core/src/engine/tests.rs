@@ -261,7 +261,7 @@ fn load(yaml: &str, providers: &Providers, sources: &mut Sources) -> Program {
 /// An engine as the tests run one: 4 operations at once, the tests' hints and timer.
 fn engine_for<'a>(
     providers: &'a Providers,
-    store: &'a MemStore,
+    store: &'a dyn crate::state::Recorder,
     observer: &'a dyn Observer,
     sources: &'a Sources,
     cancel: &'a AtomicBool,
@@ -1060,17 +1060,7 @@ fn steps_nested_to_the_limit_run_on_a_small_stack() {
             };
             let prog = program::load("w0", ("w0.yaml".into(), text(0)), &mut source, &mut sources, f.providers.schemas())
                 .unwrap_or_else(|d| panic!("{}", d.render(&sources)));
-            let engine = Engine {
-                providers: &f.providers,
-                store: &f.store,
-                observer: &Quiet,
-                sources: &sources,
-                concurrency: 4,
-                cancel: &f.cancel,
-                hints: &Words,
-                timer: &ThreadTimer,
-                leave_to_exit: false,
-            };
+            let engine = engine_for(&f.providers, &f.store, &Quiet, &sources, &f.cancel);
             let data = json!({"x": 1}).as_object().cloned().unwrap();
             let r = block_on(engine.apply(&prog, "d", &data, "test")).unwrap();
             assert_eq!(r.outcome, Outcome::Succeeded);
@@ -1477,17 +1467,7 @@ fn steps_waiting_for_their_records_hold_no_provider_slot_within_a_window() {
     let mut sources = Sources::default();
     let prog = load(&yaml, &f.providers, &mut sources);
     let store = GatedStore::new();
-    let engine = Engine {
-        providers: &f.providers,
-        store: &store,
-        observer: &Quiet,
-        sources: &sources,
-        concurrency: 4,
-        cancel: &f.cancel,
-        hints: &Words,
-        timer: &ThreadTimer,
-        leave_to_exit: false,
-    };
+    let engine = engine_for(&f.providers, &store, &Quiet, &sources, &f.cancel);
     let r = block_on(engine.apply(&prog, "d", &Map::new(), "test")).unwrap();
     assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
     assert_eq!(r.counts.created as usize, n);
