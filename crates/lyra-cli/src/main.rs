@@ -279,14 +279,17 @@ async fn validate(a: &args::WorkflowArgs, out: Output) -> Result<(), Exit> {
             valid,
             diagnostics,
         })?;
+        left_for_exit((result, sources));
         return if valid {
             Ok(())
         } else {
             Err(Exit::reported(Exit::FAILURE))
         };
     }
-    result.map_err(|d| Exit::invalid(&d, &sources))?;
-    print(&format!("{}: valid\n", target.name()))
+    let program = result.map_err(|d| Exit::invalid(&d, &sources))?;
+    let printed = print(&format!("{}: valid\n", target.name()));
+    left_for_exit((program, sources));
+    printed
 }
 
 /// The state URL as given (or the default), fit for messages: without a password.
