@@ -112,6 +112,54 @@ fn sigkill_mid_apply_loses_nothing() {
     assert_eq!(history[0]["outcome"], "succeeded");
 }
 
+/// As above with thousands of independent steps: their records are written in crowds, which
+/// the state's committing thread takes while the run goes on. Killed in the middle, the file
+/// is whole, and the next apply keeps every record it finds and creates only the rest.
+#[test]
+fn sigkill_mid_crowded_apply_loses_nothing() {
+    const N: usize = 12_000;
+    let lyra = Lyra::new();
+    let mut workflow = String::from("steps:\n");
+    for i in 0..N {
+        workflow.push_str(&format!(
+            "  s{i:05}:\n    resource: Null::Resource\n    value:\n      input: {i}\n"
+        ));
+    }
+    lyra.write_workflow("crowd", &workflow);
+    lyra.init_state();
+    let mut child = lyra.spawn("apply", &["apply", "crowd", "--lease-ttl", "1s", "-o", "json"]);
+    wait_for_progress(&lyra, &mut child, "crowd", 1);
+    child.kill().expect("SIGKILL the apply");
+    let status = child.wait().expect("wait");
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(9), "{status:?}");
+    }
+    let at_kill = recorded(&lyra, "crowd").expect("the state is readable after a crash");
+    assert!(
+        (1..N).contains(&at_kill),
+        "killed mid-run, yet {at_kill} of {N} are recorded"
+    );
+
+    let resumed = lyra.ok_json(&["apply", "crowd", "--lock-timeout", "30s"]);
+    assert_eq!(resumed["outcome"], "succeeded");
+    assert_eq!(
+        count(&resumed, "unchanged") as usize,
+        at_kill,
+        "what was recorded is kept"
+    );
+    assert_eq!(count(&resumed, "created") as usize, N - at_kill, "the rest is created");
+    let state = lyra.state("crowd");
+    let step_ids: BTreeSet<&str> = state["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter(|r| r["pending"] != true)
+        .filter_map(|r| r["step"].as_str())
+        .collect();
+    assert_eq!(step_ids.len(), N, "every step recorded once");
+}
+
 /// Sends SIGINT (what Ctrl-C sends) to a child.
 fn interrupt(child: &Child) {
     let status = std::process::Command::new("kill")
