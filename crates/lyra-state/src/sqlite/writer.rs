@@ -19,8 +19,9 @@
 //! When [`OFFLOAD_AT`] writes are queued at once (many independent steps finishing together),
 //! committing on the caller's thread would hold up the work that produces the rest: on the
 //! CLI's one runtime thread the engine and the disk took turns. The write that fills the queue
-//! that far hands it to a blocking thread instead, which commits batch after batch until the
-//! queue is empty while the caller's thread goes on. Whoever commits takes each batch while
+//! that far hands it to a blocking thread instead, which commits batch after batch while the
+//! caller's thread goes on, and goes once the queue stays empty (after a crowd's batch it
+//! waits [`LINGER`] for the next crowd). Whoever commits takes each batch while
 //! holding the connection, so batches commit in the order they were queued, whoever commits
 //! them.
 //!
@@ -163,6 +164,13 @@ struct Reply {
     _spent: (Op, Option<Fence>),
 }
 
+struct Job {
+    op: Op,
+    /// The lease the write is made under, if any.
+    fence: Option<Fence>,
+    reply: oneshot::Sender<Reply>,
+}
+
 impl Job {
     fn answer(self, result: Result<Done, Arc<Error>>) {
         let Job { op, fence, reply } = self;
@@ -172,13 +180,6 @@ impl Job {
             _spent: (op, fence),
         });
     }
-}
-
-struct Job {
-    op: Op,
-    /// The lease the write is made under, if any.
-    fence: Option<Fence>,
-    reply: oneshot::Sender<Reply>,
 }
 
 /// The shared write connection and its queue.
