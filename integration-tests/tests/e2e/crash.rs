@@ -35,6 +35,25 @@ fn wait_for_progress(lyra: &Lyra, child: &mut Child, deployment: &str, n: usize)
     assert!(started, "the apply recorded fewer than {n} resources within 60s");
 }
 
+/// SIGKILLs the running apply once it has recorded `at_least` of its `n` resources, and
+/// returns how many the state holds then (fewer than `n`: it was killed mid-run).
+#[track_caller]
+fn kill_mid_run(lyra: &Lyra, mut child: Child, deployment: &str, at_least: usize, n: usize) -> usize {
+    wait_for_progress(lyra, &mut child, deployment, at_least);
+    child.kill().expect("SIGKILL the apply");
+    let status = child.wait().expect("wait");
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(9), "{status:?}");
+    }
+    let at_kill = recorded(lyra, deployment).expect("the state is readable after a crash");
+    assert!(
+        (at_least..n).contains(&at_kill),
+        "killed mid-run, yet {at_kill} of {n} are recorded"
+    );
+    at_kill
+}
+
 #[test]
 fn sigkill_mid_apply_loses_nothing() {
     const N: usize = 200;
@@ -45,7 +64,7 @@ fn sigkill_mid_apply_loses_nothing() {
     // sharing::concurrent_first_use_of_a_state_file).
     lyra.init_state();
     // A short lease, so the resumed apply need not wait long for the dead one's to lapse.
-    let mut child = lyra.spawn(
+    let child = lyra.spawn(
         "apply",
         &[
             "apply",
@@ -58,18 +77,7 @@ fn sigkill_mid_apply_loses_nothing() {
             "json",
         ],
     );
-    wait_for_progress(&lyra, &mut child, "crash", 20);
-    child.kill().expect("SIGKILL the apply");
-    let status = child.wait().expect("wait");
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        assert_eq!(status.signal(), Some(9), "{status:?}");
-    }
-    let at_kill = recorded(&lyra, "crash").expect("the state is readable after a crash");
-    assert!(
-        (20..N).contains(&at_kill),
-        "killed mid-run, yet {at_kill} of {N} are recorded"
-    );
+    let at_kill = kill_mid_run(&lyra, child, "crash", 20, N);
     // The killed run is in the history, unfinished.
     let history = lyra.history("crash");
     assert_eq!(history.len(), 1, "{history:?}");
@@ -127,19 +135,8 @@ fn sigkill_mid_crowded_apply_loses_nothing() {
     }
     lyra.write_workflow("crowd", &workflow);
     lyra.init_state();
-    let mut child = lyra.spawn("apply", &["apply", "crowd", "--lease-ttl", "1s", "-o", "json"]);
-    wait_for_progress(&lyra, &mut child, "crowd", 1);
-    child.kill().expect("SIGKILL the apply");
-    let status = child.wait().expect("wait");
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        assert_eq!(status.signal(), Some(9), "{status:?}");
-    }
-    let at_kill = recorded(&lyra, "crowd").expect("the state is readable after a crash");
-    assert!(
-        (1..N).contains(&at_kill),
-        "killed mid-run, yet {at_kill} of {N} are recorded"
-    );
+    let child = lyra.spawn("apply", &["apply", "crowd", "--lease-ttl", "1s", "-o", "json"]);
+    let at_kill = kill_mid_run(&lyra, child, "crowd", 1, N);
 
     let resumed = lyra.ok_json(&["apply", "crowd", "--lock-timeout", "30s"]);
     assert_eq!(resumed["outcome"], "succeeded");
