@@ -255,7 +255,7 @@ impl Inner {
             Here::Done(more) => more,
             Here::MustWait => {
                 let inner = Arc::clone(self);
-                let waited = tokio::task::spawn_blocking(move || inner.commit_waiting(Committer::Inline));
+                let waited = tokio::task::spawn_blocking(move || inner.commit_waiting(Committer::Inline).is_some());
                 // A caller that gives up leaves the commit running; it answers its waiters
                 // itself. A blocking thread that never ran (the runtime is going) took nothing.
                 waited.await.unwrap_or(false)
@@ -265,13 +265,13 @@ impl Inner {
 
     /// The inline half of [`Inner::commit_next`].
     fn commit_here(&self) -> Here {
-        // Handed to a blocking thread: no need to wait for the connection to learn that.
-        if self.queue().committer != Committer::Inline {
-            return Here::Done(false);
-        }
         let mut task = match self.task.try_lock() {
             Ok(task) => task,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            // Handed to a blocking thread (which holds the connection): nothing to wait for.
+            Err(TryLockError::WouldBlock) if self.queue().committer != Committer::Inline => {
+                return Here::Done(false);
+            }
             Err(TryLockError::WouldBlock) => return Here::MustWait,
         };
         let Some(jobs) = self.next_batch(Committer::Inline) else {
@@ -292,20 +292,11 @@ impl Inner {
     }
 
     /// Commits the next batch of `who`, waiting for the connection and for the write lock
-    /// (on a blocking thread). Whether to go on.
-    fn commit_waiting(&self, who: Committer) -> bool {
-        self.commit_waiting_counted(who).is_some()
-    }
-
-    /// [`Inner::commit_waiting`], saying how many writes the batch had.
-    fn commit_waiting_counted(&self, who: Committer) -> Option<usize> {
+    /// (on a blocking thread): how many writes it had, or `None` if `who` is done.
+    fn commit_waiting(&self, who: Committer) -> Option<usize> {
         let mut task = lock(&self.task);
         let jobs = self.next_batch(who)?;
         let n = jobs.len();
-        #[cfg(test)]
-        if who == Committer::Offloaded {
-            self.offloaded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
         if let Some(task) = task.as_mut() {
             task.commit(jobs, Wait::Yes);
         }
@@ -331,8 +322,12 @@ impl Inner {
         };
         let mut linger = true;
         while self.wait_for_writes(linger) {
-            match self.commit_waiting_counted(Committer::Offloaded) {
-                Some(n) => linger = n >= LINGER_AFTER,
+            match self.commit_waiting(Committer::Offloaded) {
+                Some(n) => {
+                    #[cfg(test)]
+                    self.offloaded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    linger = n >= LINGER_AFTER;
+                }
                 None => break,
             }
         }
