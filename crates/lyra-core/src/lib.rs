@@ -22,3 +22,8 @@ pub mod types;
 pub mod validate;
 pub mod value;
 pub mod yaml;
+
+/// The maps built for every step of a workflow (names, keys, variables): foldhash rather
+/// than SipHash, several times cheaper on short keys. It is seeded at random per process, so
+/// keys from a workflow cannot be chosen to collide.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

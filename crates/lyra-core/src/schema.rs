@@ -1,7 +1,6 @@
 //! What providers tell the engine about their resource types.
 
-use std::collections::HashMap;
-
+use crate::FastMap;
 use crate::types::Type;
 
 /// One attribute of a resource type.
@@ -153,9 +152,9 @@ pub fn with_type_key<R>(name: &str, f: impl FnOnce(&str) -> R) -> R {
 /// All resource types known to an engine, looked up case-insensitively.
 #[derive(Debug, Clone, Default)]
 pub struct SchemaRegistry {
-    by_key: HashMap<String, ResourceSchema>,
+    by_key: FastMap<String, ResourceSchema>,
     /// Provider configuration schemas, by namespace key.
-    configs: HashMap<String, ResourceSchema>,
+    configs: FastMap<String, ResourceSchema>,
 }
 
 impl SchemaRegistry {

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::FastMap;
 use crate::diag::{Diagnostic, Diagnostics, Span};
 use crate::model::{ParamSource, ReturnSource, Step, StepKind, Workflow};
 use crate::schema::SchemaRegistry;
@@ -592,7 +593,8 @@ impl Cx<'_> {
             Param,
             Child(usize),
         }
-        let mut producers: HashMap<String, (Producer, Span)> = HashMap::new();
+        let mut producers: FastMap<String, (Producer, Span)> =
+            FastMap::with_capacity_and_hasher(params.len() + steps.len(), Default::default());
         for p in params {
             producers.insert(p.clone(), (Producer::Param, Span::default()));
         }

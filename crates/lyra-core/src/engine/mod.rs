@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::FastMap;
 use crate::diag::{Diagnostic, Diagnostics, Sources, Span};
 use crate::expr::Var;
 use crate::model::{ParamSource, Step, StepKind};
@@ -140,11 +141,6 @@ impl Val {
         }
     }
 }
-
-/// The maps the engine builds and reads for every step (its variables):
-/// foldhash rather than SipHash, several times cheaper on short keys. It is seeded at random
-/// per process, so keys from a workflow cannot be chosen to collide.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 type Env = FastMap<String, Val>;
 

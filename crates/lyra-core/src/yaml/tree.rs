@@ -13,11 +13,11 @@
 //! the (first) document: malformed YAML further down is reported rather than a refusal
 //! before it.
 
-use std::collections::HashMap;
-
 use yaml_rust2::Event;
 use yaml_rust2::parser::Parser;
 use yaml_rust2::scanner::{ScanError, TScalarStyle};
+
+use crate::FastMap;
 
 /// Where a node starts: 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +195,7 @@ struct Open {
     key: Option<Scalar>,
     mapping: bool,
     /// A large mapping's keys so far, with where each was written.
-    index: Option<HashMap<String, Mark>>,
+    index: Option<FastMap<String, Mark>>,
     /// The top level's `steps:`, whose entries go to the caller's sink as they are read.
     streams: bool,
 }
@@ -266,7 +266,7 @@ fn parse_with(text: &str, mut sink: Option<StepSink<'_>>) -> Result<Node, LoadEr
                         start: children.len(),
                         key: None,
                         mapping,
-                        index: streams.then(HashMap::new),
+                        index: streams.then(FastMap::default),
                         streams,
                     });
                     Ok(None)
@@ -365,7 +365,7 @@ fn place(
             return Ok(());
         }
     } else if entries.len() + 1 >= INDEXED {
-        let mut index: HashMap<String, Mark> = entries
+        let mut index: FastMap<String, Mark> = entries
             .iter()
             .filter_map(|(k, _)| k.as_ref().map(|k| (k.text.clone(), k.mark)))
             .collect();
