@@ -54,8 +54,14 @@ impl Run<'_, '_> {
         let mut running = FuturesUnordered::new();
         let records = &records;
         loop {
-            while let Some(i) = ready.pop() {
+            let more = self.starts_more(running.len());
+            while more
+                && running.len() < self.in_flight
+                && let Some(i) = ready.pop()
+            {
                 running.push(async move { (i, self.delete_one(&records[i]).await) });
+                #[cfg(test)]
+                super::tests::note_in_flight(self.deployment, running.len());
             }
             let Some((i, success)) = running.next().await else {
                 break;

@@ -167,6 +167,10 @@ struct Run<'e, 'a> {
     /// Slots of the steps between their first provider call and their outcome's record:
     /// [`RECORDING_WINDOW`], or `concurrency` if more.
     window: async_lock::Semaphore,
+    /// Most children of one scope, iterations of one collection or deletes started and not
+    /// ended: twice the window. A started step holds its future (and its values) until it
+    /// ends, and every step of a wide workflow is ready at once: 10,000 waiting held 10 MB.
+    in_flight: usize,
     reports: Mutex<Vec<StepReport>>,
     claims: Mutex<Claims>,
     /// Step failures that are not tied to a single resource report (store errors).
@@ -617,12 +621,21 @@ impl<'e, 'a> Run<'e, 'a> {
             run_id,
             sem: async_lock::Semaphore::new(engine.concurrency.max(1)),
             window: async_lock::Semaphore::new(RECORDING_WINDOW.max(engine.concurrency)),
+            in_flight: 2 * RECORDING_WINDOW.max(engine.concurrency),
             reports: Mutex::new(reports),
             fatal: Mutex::new(None),
             secrets: Mutex::new(Secrets::default()),
             configs: config::Configs::default(),
             partial: None,
         }
+    }
+
+    /// Whether a scope (a collection, a delete) with `running` started may start more: it
+    /// starts them in bursts, up to [`Run::in_flight`] once half have ended. Starting one as
+    /// each ended left the steps' records to arrive one by one rather than in crowds that
+    /// share a commit: a 10k apply took 1.7 times as long.
+    fn starts_more(&self, running: usize) -> bool {
+        running <= self.in_flight / 2
     }
 
     /// Remembers a secret value, to mask and scrub it wherever it shows up.

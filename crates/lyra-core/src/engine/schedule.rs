@@ -131,7 +131,11 @@ impl Run<'_, '_> {
         // Children finished at their first poll since the scope last let others run.
         let mut at_once = 0;
         loop {
-            while let Some(i) = front.ready.pop() {
+            let more = self.starts_more(running.len());
+            while more
+                && running.len() < self.in_flight
+                && let Some(i) = front.ready.pop()
+            {
                 let step = &steps[i];
                 let id = child_id(prefix, &step.name);
                 let why = if self.cancelled() {
@@ -164,7 +168,11 @@ impl Run<'_, '_> {
                         front.settle(i, settle_into(&mut vars, done));
                         at_once += 1;
                     }
-                    None => running.push(async move { (i, child.await) }),
+                    None => {
+                        running.push(async move { (i, child.await) });
+                        #[cfg(test)]
+                        super::tests::note_in_flight(self.deployment, running.len());
+                    }
                 }
                 // Now and then the others on this thread (a signal's handler) get to run.
                 if at_once == YIELD_EVERY {
@@ -297,24 +305,32 @@ impl Run<'_, '_> {
         };
         let origins = Arc::new(origins.into_iter().collect::<Vec<_>>());
         let mut futs = FuturesUnordered::new();
-        for (idx, (seg, bound)) in iterations.into_iter().enumerate() {
-            let mut e = env.clone();
-            for (name, v) in vars.iter().zip(bound) {
-                e.insert(
-                    name.clone(),
-                    Val {
-                        var: Var::Known(v),
-                        origins: origins.clone(),
-                        sensitive,
-                    },
-                );
-            }
-            let iid = format!("{id}/{seg}");
-            futs.push(async move { (idx, self.step(inner, e, iid).await) });
-        }
+        let mut pending = iterations.into_iter().enumerate();
         let mut results: Vec<(usize, Env)> = Vec::new();
         let mut ok = true;
-        while let Some((idx, done)) = futs.next().await {
+        loop {
+            let more = self.starts_more(futs.len());
+            while more
+                && futs.len() < self.in_flight
+                && let Some((idx, (seg, bound))) = pending.next()
+            {
+                let mut e = env.clone();
+                for (name, v) in vars.iter().zip(bound) {
+                    e.insert(
+                        name.clone(),
+                        Val {
+                            var: Var::Known(v),
+                            origins: origins.clone(),
+                            sensitive,
+                        },
+                    );
+                }
+                let iid = format!("{id}/{seg}");
+                futs.push(async move { (idx, self.step(inner, e, iid).await) });
+                #[cfg(test)]
+                super::tests::note_in_flight(self.deployment, futs.len());
+            }
+            let Some((idx, done)) = futs.next().await else { break };
             match done {
                 Done::Ok(r) => results.push((idx, r)),
                 _ => ok = false,

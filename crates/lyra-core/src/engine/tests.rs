@@ -1477,3 +1477,64 @@ fn steps_waiting_for_their_records_hold_no_provider_slot_within_a_window() {
     let d = store.inner.deployments.lock().unwrap();
     assert_eq!(d["d"].resources.iter().filter(|r| !r.pending).count(), n);
 }
+
+/// The most futures each deployment's runs had started and not ended at once in one scope,
+/// collection or delete (see `Run::in_flight`).
+static IN_FLIGHT: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
+
+pub(super) fn note_in_flight(deployment: &str, n: usize) {
+    let mut seen = IN_FLIGHT.lock().unwrap();
+    match seen.iter_mut().find(|(d, _)| d == deployment) {
+        Some((_, most)) => *most = (*most).max(n),
+        None => seen.push((deployment.to_owned(), n)),
+    }
+}
+
+fn most_in_flight(deployment: &str) -> usize {
+    let seen = IN_FLIGHT.lock().unwrap();
+    seen.iter().find(|(d, _)| d == deployment).map_or(0, |(_, n)| *n)
+}
+
+/// However many steps are ready at once (the children of a scope, the iterations of a
+/// collection, the resources to delete), no more are started than twice the recording window:
+/// each started one holds its future until it ends. All of them are still done.
+#[test]
+fn ready_steps_start_only_while_there_is_room() {
+    let f = Fixture::new();
+    let room = 2 * RECORDING_WINDOW;
+    let n = room + 100;
+    let mut wide = String::from("steps:\n");
+    for i in 0..n {
+        wide.push_str(&format!(
+            "  s{i}:\n    resource: Test::Thing\n    value: {{input: v{i}}}\n"
+        ));
+    }
+    // (The test provider answers some numbers specially: one input for all.)
+    let collection = format!(
+        "steps:\n  many:\n    times: {n}\n    step:\n      resource: Test::Thing\n      value: {{input: one}}\n"
+    );
+    for (deployment, yaml) in [("wide-room", wide), ("times-room", collection)] {
+        let mut sources = Sources::default();
+        let prog = load(&yaml, &f.providers, &mut sources);
+        // Outcomes wait at the gate: the steps started meanwhile stay started.
+        let store = GatedStore::new();
+        let engine = engine_for(&f.providers, &store, &Quiet, &sources, &f.cancel);
+        let r = block_on(engine.apply(&prog, deployment, &Map::new(), "test")).unwrap();
+        assert_eq!(r.outcome, Outcome::Succeeded, "{deployment}: {r:?}");
+        assert_eq!(r.counts.created as usize, n, "{deployment}");
+        assert_eq!(most_in_flight(deployment), room, "{deployment}: started at once");
+        // Deleting them all: as many ready at once, as many started.
+        let deleting = format!("{deployment}-deleted");
+        let recorded = store.inner.deployments.lock().unwrap()[deployment].clone();
+        store
+            .inner
+            .deployments
+            .lock()
+            .unwrap()
+            .insert(deleting.clone(), recorded);
+        let r = block_on(engine.delete(&deleting, "test")).unwrap();
+        assert_eq!(r.outcome, Outcome::Succeeded, "{deleting}: {r:?}");
+        assert_eq!(r.counts.deleted as usize, n, "{deleting}");
+        assert_eq!(most_in_flight(&deleting), room, "{deleting}: started at once");
+    }
+}
