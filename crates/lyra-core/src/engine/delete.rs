@@ -54,9 +54,8 @@ impl Run<'_, '_> {
         let mut running = FuturesUnordered::new();
         let records = &records;
         loop {
-            let more = self.starts_more(running.len());
-            while more
-                && running.len() < self.in_flight
+            let until = self.start_until(running.len());
+            while running.len() < until
                 && let Some(i) = ready.pop()
             {
                 running.push(async move { (i, self.delete_one(&records[i]).await) });

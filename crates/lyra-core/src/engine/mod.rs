@@ -630,12 +630,16 @@ impl<'e, 'a> Run<'e, 'a> {
         }
     }
 
-    /// Whether a scope (a collection, a delete) with `running` started may start more: it
-    /// starts them in bursts, up to [`Run::in_flight`] once half have ended. Starting one as
-    /// each ended left the steps' records to arrive one by one rather than in crowds that
-    /// share a commit: a 10k apply took 1.7 times as long.
-    fn starts_more(&self, running: usize) -> bool {
-        running <= self.in_flight / 2
+    /// Up to how many started a scope (a collection, a delete) with `running` started may
+    /// have now: it starts them in bursts, up to [`Run::in_flight`] once half have ended, and
+    /// none before. Starting one as each ended left the steps' records to arrive one by one
+    /// rather than in crowds that share a commit: a 10k apply took 1.7 times as long.
+    fn start_until(&self, running: usize) -> usize {
+        if running <= self.in_flight / 2 {
+            self.in_flight
+        } else {
+            0
+        }
     }
 
     /// Remembers a secret value, to mask and scrub it wherever it shows up.

@@ -131,9 +131,8 @@ impl Run<'_, '_> {
         // Children finished at their first poll since the scope last let others run.
         let mut at_once = 0;
         loop {
-            let more = self.starts_more(running.len());
-            while more
-                && running.len() < self.in_flight
+            let until = self.start_until(running.len());
+            while running.len() < until
                 && let Some(i) = front.ready.pop()
             {
                 let step = &steps[i];
@@ -309,9 +308,8 @@ impl Run<'_, '_> {
         let mut results: Vec<(usize, Env)> = Vec::new();
         let mut ok = true;
         loop {
-            let more = self.starts_more(futs.len());
-            while more
-                && futs.len() < self.in_flight
+            let until = self.start_until(futs.len());
+            while futs.len() < until
                 && let Some((idx, (seg, bound))) = pending.next()
             {
                 let mut e = env.clone();
