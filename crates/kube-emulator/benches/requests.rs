@@ -18,6 +18,10 @@ use kube::{Client, ResourceExt};
 use kube_emulator::KubeEmulator;
 use serde_json::json;
 
+// The server's allocator, as in its binary (main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const OBJECTS: usize = 1000;
 const IN_FLIGHT: usize = 16;
 
