@@ -84,6 +84,11 @@ pub struct ResourceSchema {
     /// then leaves nothing behind to find again, so the engine records no intent before it:
     /// the next run simply creates anew. One commit per create instead of two.
     pub local: bool,
+    /// Its provider's `read` answers the recorded actual state as it is, whatever else
+    /// happens (an echo, a value drawn once): the engine takes the record for the read,
+    /// neither asking nor copying it. Planning 10,000 unchanged steps spent a sixth of its
+    /// time copying records to read them back.
+    pub read_is_record: bool,
 }
 
 impl ResourceSchema {
@@ -93,12 +98,19 @@ impl ResourceSchema {
             attributes,
             doc: String::new(),
             local: false,
+            read_is_record: false,
         }
     }
 
     /// See [`ResourceSchema::local`].
     pub fn local(mut self) -> Self {
         self.local = true;
+        self
+    }
+
+    /// See [`ResourceSchema::read_is_record`].
+    pub fn read_is_record(mut self) -> Self {
+        self.read_is_record = true;
         self
     }
 

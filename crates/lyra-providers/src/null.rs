@@ -44,7 +44,8 @@ impl Provider for NullProvider {
                     AttributeSchema::new("triggers_replace", Type::Any).immutable(),
                 ],
             )
-            .local(),
+            .local()
+            .read_is_record(),
         ]
     }
 
@@ -138,6 +139,7 @@ mod tests {
         let schema = &NullProvider::new().schemas()[0];
         assert!(schema.attribute("output").unwrap().provided);
         assert!(schema.attribute("triggers_replace").unwrap().immutable);
+        assert!(schema.read_is_record, "its read is `prior.cloned()`");
         assert!(!schema.attribute("input").unwrap().immutable);
     }
 

@@ -228,6 +228,7 @@ impl Provider for RandomProvider {
                 ],
             )
             .local()
+            .read_is_record()
             .doc("A random password, drawn once and kept in the state (like Terraform's random_password)."),
             ResourceSchema::new(
                 ID,
@@ -250,6 +251,7 @@ impl Provider for RandomProvider {
                 ],
             )
             .local()
+            .read_is_record()
             .doc("Random bytes, drawn once and kept in the state (like Terraform's random_id)."),
         ]
     }

@@ -5,17 +5,17 @@ use crate::schema::{AttributeSchema, ResourceSchema};
 use crate::value::{Map, Value};
 
 /// The action a resource needs and its attribute changes: created when there is no current
-/// resource (`current`: its id and actual state), replaced when a changed attribute is
+/// resource (`actual`: its actual state), replaced when a changed attribute is
 /// immutable, else updated or left alone.
 pub(super) fn changes(
     schema: &ResourceSchema,
     desired: &Map,
     unknown: &[String],
-    current: Option<&(String, Map)>,
+    actual: Option<&Map>,
 ) -> (Action, Vec<AttrChange>) {
-    match current {
+    match actual {
         None => (Action::Create, creation(schema, desired, unknown)),
-        Some((_, actual)) => {
+        Some(actual) => {
             let changes = diff(schema, desired, unknown, actual);
             let action = if changes.iter().any(|c| c.forces_replace) {
                 Action::Replace
@@ -240,8 +240,7 @@ mod tests {
         let map = |v: Value| v.as_object().cloned().unwrap();
         let actual = map(json!({"config": {"name": "beta", "n": 1}, "secret": {"k": "old"}, "name": "a"}));
         let desired = map(json!({"config": {"name": "gamma", "n": 1}, "secret": {"k": "new"}, "name": "a"}));
-        let current = ("id".to_owned(), actual);
-        let (action, changes) = changes(&schema, &desired, &[], Some(&current));
+        let (action, changes) = changes(&schema, &desired, &[], Some(&actual));
         assert_eq!(action, Action::Update);
         let got: Vec<(&str, &str, bool)> = changes
             .iter()

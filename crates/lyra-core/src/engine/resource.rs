@@ -4,6 +4,7 @@
 //! intent, creating, replacing or updating, and recording the outcome before its returns are
 //! published.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +61,10 @@ struct Target<'s> {
 
 /// The resource as it is now: its id and actual state.
 type Current = (String, Map);
+
+/// [`Current`] as found before converging: the actual state borrowed from the record when
+/// that is what a read answers ([`ResourceSchema::read_is_record`]).
+type Found<'p> = (String, Cow<'p, Map>);
 
 /// A step's slot among the run's `concurrency` provider operations.
 type Permit<'a> = async_lock::SemaphoreGuard<'a>;
@@ -305,7 +310,12 @@ impl Run<'_, '_> {
             Ok(c) => c,
             Err(e) => return self.fail_step(&t.at, e),
         };
-        let (mut action, mut changes) = changes(t.schema, &t.desired.values, &t.desired.unknown, current.as_ref());
+        let (mut action, mut changes) = changes(
+            t.schema,
+            &t.desired.values,
+            &t.desired.unknown,
+            current.as_ref().map(|(_, a)| &**a),
+        );
         if action == Action::Update
             && let Some((_, actual)) = &current
         {
@@ -323,13 +333,13 @@ impl Run<'_, '_> {
             }
         }
         let empty = Map::new();
-        let secret = self.secret_attributes(t, current.as_ref().map_or(&empty, |(_, a)| a));
+        let secret = self.secret_attributes(t, current.as_ref().map_or(&empty, |(_, a)| &**a));
         for c in &mut changes {
             // The old value is secret if the attribute was: it may hold an old secret.
             c.sensitive |= secret.contains(&c.attribute) || t.prior.is_some_and(|p| p.sensitive.contains(&c.attribute));
         }
         if self.mode == Mode::Plan {
-            let actual = current.as_ref().map_or(&empty, |(_, a)| a);
+            let actual = current.as_ref().map_or(&empty, |(_, a)| &**a);
             let returns = self.resource_returns(t, action, actual, &secret);
             let ext = current.map(|(e, _)| e);
             return match returns {
@@ -343,7 +353,7 @@ impl Run<'_, '_> {
     /// What is there now? A resource deleted behind our back is created again. A pending
     /// record means an earlier run died between `create` and recording its result: only the
     /// provider can tell whether the resource was made.
-    async fn current(&self, t: &Target<'_>) -> Result<Option<Current>, StepError> {
+    async fn current<'p>(&self, t: &Target<'p>) -> Result<Option<Found<'p>>, StepError> {
         let found = match t.prior {
             Some(rec) if rec.pending => match self
                 .guarded(t, || {
@@ -352,7 +362,7 @@ impl Run<'_, '_> {
                 })
                 .await
             {
-                Ok(Lookup::Found(c)) => Some((c.external_id, c.actual)),
+                Ok(Lookup::Found(c)) => Some((c.external_id, Cow::Owned(c.actual))),
                 Ok(Lookup::Absent) => None,
                 Ok(Lookup::Unsupported) => {
                     return Err(StepError::Unrecorded {
@@ -364,11 +374,12 @@ impl Run<'_, '_> {
                 }
                 Err(e) => return Err(self.provider_failed(t, e)),
             },
+            Some(rec) if t.schema.read_is_record => Some((rec.external_id.clone(), Cow::Borrowed(&rec.actual))),
             Some(rec) => match self
                 .guarded(t, || t.provider.read(&t.cx, &rec.external_id, Some(&rec.actual)))
                 .await
             {
-                Ok(Some(a)) => Some((rec.external_id.clone(), a)),
+                Ok(Some(a)) => Some((rec.external_id.clone(), Cow::Owned(a))),
                 Ok(None) => None,
                 Err(e) => return Err(self.provider_failed(t, e)),
             },
@@ -386,7 +397,7 @@ impl Run<'_, '_> {
         t: &Target<'_>,
         action: Action,
         changes: Vec<AttrChange>,
-        current: Option<Current>,
+        current: Option<Found<'_>>,
         permit: Permit<'_>,
     ) -> Done {
         // The intent is recorded before `create` so that a crash before the result is recorded
@@ -432,7 +443,7 @@ impl Run<'_, '_> {
                     .guarded(t, || t.provider.update(&t.cx, ext, desired, actual))
                     .await
                     .map(|a| (ext.clone(), a))?),
-                (_, Some((ext, actual))) => Ok((ext.clone(), actual.clone())),
+                (_, Some((ext, actual))) => Ok((ext.clone(), actual.clone().into_owned())),
                 (_, None) => unreachable!("no-op needs a current resource"),
             }
         }

@@ -154,10 +154,14 @@ impl Provider for Scripted {
             AttributeSchema::new("echo", Type::Any).computed(),
             AttributeSchema::new("deep", Type::Any).computed(),
         ];
-        // The same, existing only as its records.
+        // The same, existing only as its records; and again, read as its record is (its
+        // `read` below would find nothing, were it asked).
         vec![
             ResourceSchema::new("Test::Thing", attributes.clone()),
-            ResourceSchema::new("Test::Local", attributes).local(),
+            ResourceSchema::new("Test::Local", attributes.clone()).local(),
+            ResourceSchema::new("Test::Recorded", attributes)
+                .local()
+                .read_is_record(),
         ]
     }
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
@@ -198,7 +202,10 @@ impl Provider for Scripted {
             None => Lookup::Absent,
         })
     }
-    async fn read(&self, _: &OpContext<'_>, _: &str, prior: Option<&Map>) -> Result<Option<Map>, ProviderError> {
+    async fn read(&self, cx: &OpContext<'_>, _: &str, prior: Option<&Map>) -> Result<Option<Map>, ProviderError> {
+        if cx.type_name == "Test::Recorded" {
+            return Ok(None);
+        }
         Ok(prior.cloned())
     }
     async fn update(&self, cx: &OpContext<'_>, _: &str, desired: &Map, prior: &Map) -> Result<Map, ProviderError> {
@@ -756,6 +763,42 @@ steps:
     let r = f.run(&yaml.replace("input: 2}", "input: 2, zone: z}"), json!({}), Mode::Apply);
     assert_eq!(step(&r, "b").action, Action::Replace, "{r:#?}");
     assert_eq!(*f.store.puts.lock().unwrap(), [("b".to_owned(), false)]);
+}
+
+#[test]
+fn a_type_read_as_its_record_is_not_asked() {
+    let f = Fixture::new();
+    let yaml = "
+steps:
+  a:
+    returns: {out: echo}
+    resource: Test::Recorded
+    value: {input: 1}
+  b:
+    resource: Test::Thing
+    value: {input: $out}
+";
+    let r = f.run(yaml, json!({}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded, "{r:#?}");
+    let recorded = f.record("a");
+    f.log();
+    // Asked, the provider would answer "gone", and `a` would be created again.
+    for mode in [Mode::Plan, Mode::Apply] {
+        let r = f.run(yaml, json!({}), mode);
+        assert_eq!(r.outcome, Outcome::Succeeded, "{r:#?}");
+        assert_eq!(step(&r, "a").action, Action::Noop, "{mode:?}");
+        assert_eq!(
+            step(&r, "b").action,
+            Action::Noop,
+            "{mode:?}: the record's values flow on"
+        );
+    }
+    assert!(f.log().is_empty(), "nothing was created or updated");
+    assert_eq!(f.record("a"), recorded);
+    // Changed, it is converged as any other type.
+    let r = f.run(&yaml.replace("input: 1}", "input: 2}"), json!({}), Mode::Apply);
+    assert_eq!(step(&r, "a").action, Action::Update, "{r:#?}");
+    assert_eq!(f.record("a").actual["echo"], json!(2));
 }
 
 #[test]
