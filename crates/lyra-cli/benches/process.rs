@@ -34,6 +34,9 @@
 //! `cargo bench` builds the binary with the bench profile (release); the numbers of a debug
 //! binary mean nothing, so this refuses to run as a debug build (`cargo test --benches`).
 //! `LYRA_BENCH_BIN=PATH` measures another `lyra` binary instead (an older build, to compare).
+//! `--against PATH` measures a second binary in the same rounds, the two taking turns to go
+//! first, and prints the median of the per-round differences: a change of a few percent is
+//! lost in the spread of one binary's medians measured minutes apart on a shared machine.
 
 // A benchmark prints its table.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -99,8 +102,8 @@ fn workflow(shape: &str, n: usize) -> String {
 
 /// Runs `lyra` in `dir` and returns what the process cost; output is thrown away, as a
 /// redirect to a file would (its rendering is measured, the terminal is not).
-fn lyra(dir: &Path, args: &[&str]) -> Cost {
-    let mut cmd = Command::new(bin());
+fn lyra(bin: &Path, dir: &Path, args: &[&str]) -> Cost {
+    let mut cmd = Command::new(bin);
     cmd.args(args)
         .current_dir(dir)
         .env_remove("LYRA_STATE")
@@ -217,7 +220,7 @@ fn terraform_round(n: usize) -> [Option<Cost>; 6] {
 }
 
 /// One round on a fresh state: the commands' costs, in [`COMMANDS`] order.
-fn round(shape: &str, n: usize) -> [Option<Cost>; 6] {
+fn round(bin: &Path, shape: &str, n: usize) -> [Option<Cost>; 6] {
     if shape == "terraform" {
         return terraform_round(n);
     }
@@ -238,19 +241,20 @@ fn round(shape: &str, n: usize) -> [Option<Cost>; 6] {
         if shape == "postgres" {
             args.extend(["--var", &var]);
         }
-        lyra(dir.path(), &args)
+        lyra(bin, dir.path(), &args)
     };
-    let validate = lyra(dir.path(), &["validate", "wide.yaml"]);
+    let validate = lyra(bin, dir.path(), &["validate", "wide.yaml"]);
     let first = run("apply");
     let plan = run("plan");
     let again = run("apply");
     let show = lyra(
+        bin,
         dir.path(),
         &["state", "show", "wide", "-o", "json", "--state", "state.db"],
     );
     let mut del = vec!["delete", "wide"];
     del.extend(state);
-    let delete = lyra(dir.path(), &del);
+    let delete = lyra(bin, dir.path(), &del);
     [validate, first, plan, again, show, delete].map(Some)
 }
 
@@ -294,6 +298,67 @@ fn yardstick(n: usize) -> Cost {
     measure(cmd, "the SQLite yardstick (python3)")
 }
 
+/// The cells of one binary's row: per command, its median (fastest) / median peak RSS.
+fn cells(times: &[[Option<Cost>; 6]]) -> (Vec<String>, serde_json::Map<String, serde_json::Value>) {
+    let mut cells = Vec::new();
+    let mut json = serde_json::Map::new();
+    for (i, name) in COMMANDS.iter().enumerate() {
+        let each: Vec<Cost> = times.iter().filter_map(|t| t[i]).collect();
+        if each.is_empty() {
+            cells.push(format!("{:>26}", "-"));
+            continue;
+        }
+        let took: Vec<Duration> = each.iter().map(|c| c.took).collect();
+        let best = *took.iter().min().expect("a round");
+        let med = median(took);
+        let mut peaks: Vec<u64> = each.iter().map(|c| c.peak_kib).collect();
+        peaks.sort_unstable();
+        let peak = peaks[peaks.len() / 2];
+        cells.push(format!(
+            "{:>26}",
+            format!("{:.0} ms ({:.0}) / {:.1} MB", ms(med), ms(best), peak as f64 / 1024.0)
+        ));
+        json.insert(
+            (*name).to_owned(),
+            serde_json::json!({"median_ms": ms(med), "min_ms": ms(best), "peak_rss_kib": peak}),
+        );
+    }
+    (cells, json)
+}
+
+/// Per command, the median of the per-round differences `against - base` in ms, and in how
+/// many rounds `against` was the faster.
+fn paired(
+    base: &[[Option<Cost>; 6]],
+    against: &[[Option<Cost>; 6]],
+) -> (Vec<String>, serde_json::Map<String, serde_json::Value>) {
+    let mut cells = Vec::new();
+    let mut json = serde_json::Map::new();
+    for (i, name) in COMMANDS.iter().enumerate() {
+        let mut diffs: Vec<f64> = base
+            .iter()
+            .zip(against)
+            .filter_map(|(b, a)| Some(ms(a[i]?.took) - ms(b[i]?.took)))
+            .collect();
+        if diffs.is_empty() {
+            cells.push(format!("{:>26}", "-"));
+            continue;
+        }
+        diffs.sort_unstable_by(f64::total_cmp);
+        let med = diffs[diffs.len() / 2];
+        let faster = diffs.iter().filter(|d| **d < 0.0).count();
+        cells.push(format!(
+            "{:>26}",
+            format!("{med:+.1} ms ({faster}/{} faster)", diffs.len())
+        ));
+        json.insert(
+            (*name).to_owned(),
+            serde_json::json!({"median_difference_ms": med, "rounds_faster": faster, "rounds": diffs.len()}),
+        );
+    }
+    (cells, json)
+}
+
 fn main() {
     if cfg!(debug_assertions) {
         panic!("a debug build measures nothing useful: run `cargo bench -p lyra-cli --bench process`");
@@ -303,6 +368,11 @@ fn main() {
     assert!(
         shape != "postgres" || std::env::var_os("LYRA_BENCH_PG_URL").is_some(),
         "--shape postgres needs LYRA_BENCH_PG_URL"
+    );
+    let against = arg(&args, "--against").map(PathBuf::from);
+    assert!(
+        against.is_none() || shape != "terraform",
+        "--against compares two lyra binaries; --shape terraform runs none"
     );
     let sizes: Vec<usize> = arg(&args, "--steps").map_or_else(
         || vec![1_000, 10_000, 50_000],
@@ -314,7 +384,14 @@ fn main() {
             r.parse().expect("a number of rounds")
         })
     };
-    println!("lyra process benchmark ({shape} steps): {}", bin().display());
+    let base = bin();
+    println!("lyra process benchmark ({shape} steps): {}", base.display());
+    if let Some(other) = &against {
+        println!(
+            "against (second row of each size, then the median per-round difference): {}",
+            other.display()
+        );
+    }
     println!("each cell: median wall time (fastest) / median peak RSS; yardstick: n SQLite commits");
     println!(
         "{:>7}  {:>6}  {:>12}{}",
@@ -328,43 +405,38 @@ fn main() {
         let k = rounds(n);
         let mut marks = Vec::new();
         let mut times = Vec::new();
-        // Interleaved, so that the yardstick and Lyra see the same machine.
-        for _ in 0..k {
+        let mut other_times = Vec::new();
+        // Interleaved, so that the yardstick and Lyra (both binaries, each first in turn)
+        // see the same machine.
+        for r in 0..k {
             marks.push(yardstick(n).took);
-            times.push(round(shape, n));
+            match &against {
+                None => times.push(round(&base, shape, n)),
+                Some(other) if r % 2 == 0 => {
+                    times.push(round(&base, shape, n));
+                    other_times.push(round(other, shape, n));
+                }
+                Some(other) => {
+                    other_times.push(round(other, shape, n));
+                    times.push(round(&base, shape, n));
+                }
+            }
         }
         let mark = median(marks);
-        let mut cells = Vec::new();
-        let mut json = serde_json::Map::new();
-        for (i, name) in COMMANDS.iter().enumerate() {
-            let each: Vec<Cost> = times.iter().filter_map(|t| t[i]).collect();
-            if each.is_empty() {
-                cells.push(format!("{:>26}", "-"));
-                continue;
-            }
-            let took: Vec<Duration> = each.iter().map(|c| c.took).collect();
-            let best = *took.iter().min().expect("a round");
-            let med = median(took);
-            let mut peaks: Vec<u64> = each.iter().map(|c| c.peak_kib).collect();
-            peaks.sort_unstable();
-            let peak = peaks[peaks.len() / 2];
-            cells.push(format!(
-                "{:>26}",
-                format!("{:.0} ms ({:.0}) / {:.1} MB", ms(med), ms(best), peak as f64 / 1024.0)
-            ));
-            json.insert(
-                (*name).to_owned(),
-                serde_json::json!({"median_ms": ms(med), "min_ms": ms(best), "peak_rss_kib": peak}),
-            );
-        }
-        println!(
-            "{n:>7}  {k:>6}  {:>12}{}",
-            format!("{:.0} ms", ms(mark)),
-            cells.join("")
-        );
-        results.push(serde_json::json!({
+        let (row, json) = cells(&times);
+        println!("{n:>7}  {k:>6}  {:>12}{}", format!("{:.0} ms", ms(mark)), row.join(""));
+        let mut result = serde_json::json!({
             "shape": shape, "steps": n, "rounds": k, "yardstick_ms": ms(mark), "commands": json,
-        }));
+        });
+        if against.is_some() {
+            let (row, json) = cells(&other_times);
+            println!("{:>7}  {:>6}  {:>12}{}", "against", k, "", row.join(""));
+            result["against"] = serde_json::Value::Object(json);
+            let (row, json) = paired(&times, &other_times);
+            println!("{:>7}  {:>6}  {:>12}{}", "diff", k, "", row.join(""));
+            result["difference"] = serde_json::Value::Object(json);
+        }
+        results.push(result);
     }
     if let Some(file) = arg(&args, "--json") {
         let doc = serde_json::to_string_pretty(&results).expect("json");
