@@ -85,8 +85,8 @@ pub struct ResourceSchema {
     /// the next run simply creates anew. One commit per create instead of two.
     pub local: bool,
     /// Its provider's `read` answers the recorded actual state as it is, whatever else
-    /// happens (an echo, a value drawn once): the engine takes the record for the read,
-    /// neither asking nor copying it. Planning 10,000 unchanged steps spent a sixth of its
+    /// happens (an echo, a value drawn once): a plan or apply takes the record for the read,
+    /// neither asking nor copying it (`lyra drift`, whose point is to read, still asks). Planning 10,000 unchanged steps spent a sixth of its
     /// time copying records to read them back.
     pub read_is_record: bool,
 }

@@ -443,7 +443,7 @@ impl Run<'_, '_> {
                     .guarded(t, || t.provider.update(&t.cx, ext, desired, actual))
                     .await
                     .map(|a| (ext.clone(), a))?),
-                (_, Some((ext, actual))) => Ok((ext.clone(), actual.clone().into_owned())),
+                (_, Some((ext, actual))) => Ok((ext.clone(), Map::clone(actual))),
                 (_, None) => unreachable!("no-op needs a current resource"),
             }
         }
