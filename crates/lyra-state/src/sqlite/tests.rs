@@ -194,6 +194,105 @@ async fn newer_schema_is_refused_as_corrupt() {
     assert_eq!(StoreError::from(err).kind, StoreErrorKind::Corrupt);
 }
 
+/// What `current_identity` says of the file at `path`, on a connection of its own.
+fn current(path: &Path) -> Option<String> {
+    let conn = rusqlite::Connection::open(path).expect("open raw");
+    super::current_identity(&conn).unwrap_or(None)
+}
+
+/// A state already up to date is opened on one connection, without sqlx; anything sqlx's
+/// migrator would change or refuse is left to it. Each refusal is checked to reach the full
+/// open, which does what it did before: migrates, switches to WAL, or reports.
+#[tokio::test]
+async fn only_an_up_to_date_state_skips_the_migrator() {
+    let f = Fixture::new().await;
+    let id = f.store.store_id().to_owned();
+    f.store.close().await.expect("close");
+    assert_eq!(current(&f.path).as_deref(), Some(id.as_str()));
+    let store = SqliteStore::open_existing(&f.path, &Default::default())
+        .await
+        .expect("open");
+    assert_eq!(store.store_id(), id, "the same store, opened the short way");
+    store.close().await.expect("close");
+
+    // Not in WAL mode: the full open switches it back.
+    let conn = rusqlite::Connection::open(&f.path).expect("open raw");
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))
+        .expect("journal mode");
+    assert_eq!(mode, "delete");
+    drop(conn);
+    assert_eq!(current(&f.path), None);
+    SqliteStore::open(&f.path)
+        .await
+        .expect("open")
+        .close()
+        .await
+        .expect("close");
+    assert_eq!(current(&f.path).as_deref(), Some(id.as_str()));
+
+    // A migration recorded as failed, or changed since it ran: sqlx refuses both.
+    for (planted, undo) in [
+        (
+            "UPDATE _sqlx_migrations SET success = FALSE WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+            "UPDATE _sqlx_migrations SET success = TRUE",
+        ),
+        (
+            "UPDATE _sqlx_migrations SET checksum = X'00' WHERE version = (SELECT min(version) FROM _sqlx_migrations)",
+            "",
+        ),
+    ] {
+        let conn = rusqlite::Connection::open(&f.path).expect("open raw");
+        let checksum: Vec<u8> = conn
+            .query_row(
+                "SELECT checksum FROM _sqlx_migrations ORDER BY version LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .expect("checksum");
+        conn.execute(planted, []).expect("plant");
+        assert_eq!(current(&f.path), None, "{planted}");
+        let err = SqliteStore::open_existing(&f.path, &Default::default())
+            .await
+            .expect_err("sqlx refuses it");
+        assert!(matches!(&err, Error::Migrate { .. }), "{planted}: {err:?}");
+        if undo.is_empty() {
+            conn.execute(
+                "UPDATE _sqlx_migrations SET checksum = ?1 WHERE version = (SELECT min(version) FROM _sqlx_migrations)",
+                [checksum],
+            )
+            .expect("undo");
+        } else {
+            conn.execute(undo, []).expect("undo");
+        }
+        assert_eq!(current(&f.path).as_deref(), Some(id.as_str()), "{planted} undone");
+    }
+
+    // Another program's database, an empty file, no file: never a state this way.
+    let other = f.path.with_file_name("other.db");
+    let conn = rusqlite::Connection::open(&other).expect("create other");
+    conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE notes (body TEXT);")
+        .expect("other schema");
+    drop(conn);
+    assert_eq!(current(&other), None);
+    let err = SqliteStore::open_existing(&other, &Default::default())
+        .await
+        .expect_err("not a state");
+    assert!(matches!(&err, Error::NoState { .. }), "{err:?}");
+    let empty = f.path.with_file_name("empty.db");
+    std::fs::write(&empty, "").expect("empty file");
+    assert_eq!(current(&empty), None);
+    assert!(
+        SqliteStore::open_current(&f.path.with_file_name("none.db"), &Default::default())
+            .await
+            .is_none()
+    );
+    assert!(
+        !f.path.with_file_name("none.db").exists(),
+        "the short way creates nothing"
+    );
+}
+
 /// A record that does not decode (bad JSON, or JSON nested deeper than can be read, as older
 /// versions could write) is listed as unreadable; the rest of the deployment stays readable.
 #[tokio::test]
