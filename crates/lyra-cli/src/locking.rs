@@ -19,8 +19,7 @@ use crate::{signals, warn};
 /// second Ctrl-C releases it; if it is lost anyway, `cancel` is set so the run stops
 /// scheduling, and the run's writes are refused. Returns what `run` returned, and whether the
 /// lease was still ours at the end: `false` when it expired or was broken while we ran, so
-/// someone else may have changed the deployment meanwhile. Failing to release only means the
-/// lease will expire instead, which is worth a warning, not a failure.
+/// someone else may have changed the deployment meanwhile.
 pub async fn under_lease<T, F, Fut>(
     store: &Arc<dyn Store>,
     deployment: &str,
@@ -33,14 +32,7 @@ where
     F: FnOnce(Leased) -> Fut,
     Fut: Future<Output = T>,
 {
-    let options = LeaseOptions {
-        owner: crate::actor(),
-        operation: operation.to_owned(),
-        ttl: lock.lease_ttl,
-        wait: lock.lock_timeout,
-        // Some commands record more than one run under one lease (a refresh, then an apply).
-        release_at_finish: false,
-    };
+    let options = options(operation, lock);
     let on_wait = |holder: &Lease| {
         warn(&format!(
             "waiting up to {} for the lease on '{deployment}': {}\n",
@@ -54,13 +46,75 @@ where
     })
     .await
     .map_err(|e| refused(deployment, e))?;
+    Ok(ended(ran, deployment))
+}
+
+/// What a run under a lease returned, and whether the lease was ours to the end. Failing to
+/// release only means the lease will expire instead: a warning, not a failure.
+fn ended<T>(ran: lease::Ran<T>, deployment: &str) -> (T, bool) {
     if let Err(e) = &ran.released {
         warn(&format!(
             "warning: could not release the lease on '{deployment}' ({e}); it expires by itself\n"
         ));
     }
     let kept = !ran.lost();
-    Ok((ran.value, kept))
+    (ran.value, kept)
+}
+
+fn options(operation: &str, lock: &LockArgs) -> LeaseOptions {
+    LeaseOptions {
+        owner: crate::actor(),
+        operation: operation.to_owned(),
+        ttl: lock.lease_ttl,
+        wait: lock.lock_timeout,
+        // Some commands record more than one run under one lease (a refresh, then an apply).
+        release_at_finish: false,
+    }
+}
+
+/// A lease taken before its command is ready to run ([`take_if_free`]), on the list a second
+/// signal releases.
+pub struct Early {
+    held: lease::HeldLease,
+    _abort: signals::Registration,
+}
+
+/// Takes the lease on `deployment` if it is free now, for a command that reads the state
+/// under it while it still prepares its run; then [`under_early`] or [`give_back`]. None when
+/// someone holds it or the store failed: the command goes on to [`under_lease`], which waits
+/// and reports as asked, once the command is ready. Prints nothing.
+pub async fn take_if_free(
+    store: &Arc<dyn Store>,
+    deployment: &str,
+    operation: &str,
+    lock: &LockArgs,
+    cancel: &Arc<AtomicBool>,
+) -> Option<Early> {
+    let options = LeaseOptions {
+        wait: None,
+        ..options(operation, lock)
+    };
+    let held = lease::acquire(Arc::clone(store), deployment, &options, Arc::clone(cancel))
+        .await
+        .ok()?;
+    let abort = signals::hold(store, held.lease());
+    Some(Early { held, _abort: abort })
+}
+
+/// [`under_lease`] with a lease [`take_if_free`] took.
+pub async fn under_early<T, F, Fut>(early: Early, deployment: &str, run: F) -> (T, bool)
+where
+    F: FnOnce(Leased) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let Early { held, _abort } = early;
+    ended(lease::run_under_held(held, run).await, deployment)
+}
+
+/// Releases a lease [`take_if_free`] took for a run that will not happen (its workflow is
+/// invalid). Failing only means it expires by itself.
+pub async fn give_back(early: Early) {
+    let _ = early.held.release().await;
 }
 
 fn refused(deployment: &str, e: LeaseError) -> Exit {

@@ -509,35 +509,55 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
     let mut sources = Sources::default();
     let target = load::locate_run(&a.workflow, a.name.is_some()).await?;
     let deployment = a.name.clone().unwrap_or_else(|| target.name().to_owned());
-    let (program, preload) = if apply {
-        (load::parse_run(&target, providers.schemas(), &mut sources)?, None)
+    let cancel = Arc::new(AtomicBool::new(false));
+    // The state is read while the workflow is parsed on another thread: on a large deployment
+    // each takes a while, and they need each other only once the run starts. A plan reads it
+    // as it is; an apply reads it under the deployment's lease, taken now if it is free (if
+    // not, or if there is no state yet, the lease is waited for, and the state made, once the
+    // workflow is known good, as before).
+    let schemas = providers.schemas().clone();
+    let parse = tokio::task::spawn_blocking(move || {
+        let parsed = load::parse_run(&target, &schemas, &mut sources);
+        (parsed, sources)
+    });
+    let (preload, early) = if apply {
+        // Installed first: a Ctrl-C while the lease is held must release it.
+        signals::install(Arc::clone(&cancel), out);
+        (None, early_lease(a, &deployment, &cancel).await)
     } else {
-        // A plan reads the state while the workflow is parsed on another thread: on a large
-        // deployment each takes a while, and they need each other only once the plan starts.
-        // (An apply reads it under the lease, later.)
-        let schemas = providers.schemas().clone();
-        let parse = tokio::task::spawn_blocking(move || {
-            let parsed = load::parse_run(&target, &schemas, &mut sources);
-            (parsed, sources)
-        });
         let store = open_for_plan(a.state.as_deref()).await;
         let state = match &store {
             Ok(store) => Some(store.load(&deployment).await),
             Err(_) => None,
         };
-        // Never cancelled: an error is its panic, passed on.
-        let (parsed, parsed_sources) = parse
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-        sources = parsed_sources;
-        // Errors in the order they were found before: the workflow, its data and targets
-        // (below), then the state.
-        let preloaded =
-            store.map(|store| lyra_core::state::Preloaded::new(store, &deployment, state.unwrap_or(Ok(None))));
-        (parsed?, Some(preloaded))
+        (Some((store, state)), None)
     };
-    let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
-    check_targets(&a.targets, &lyra_core::engine::target_names(&program))?;
+    // Never cancelled: an error is its panic, passed on.
+    let (parsed, parsed_sources) = parse
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    sources = parsed_sources;
+    // Errors in the order they were found before: the workflow, its data and targets, an
+    // interruption meanwhile, then the state.
+    let ready = parsed.and_then(|program| {
+        let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
+        check_targets(&a.targets, &lyra_core::engine::target_names(&program))?;
+        if apply && cancel.load(Ordering::SeqCst) {
+            return Err(Exit::interrupted(
+                "interrupted before the apply started: nothing was changed".to_owned(),
+            ));
+        }
+        Ok((program, data))
+    });
+    let (program, data) = match ready {
+        Ok(ready) => ready,
+        Err(e) => {
+            if let Some((early, _)) = early {
+                locking::give_back(early).await;
+            }
+            return Err(e);
+        }
+    };
     if !a.targets.is_empty() {
         warn(&format!(
             "warning: only {} and what {} depend{} on {}: the rest of the deployment is left as it is \
@@ -548,11 +568,12 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
             if apply { "is applied" } else { "is planned" },
         ));
     }
-    let cancel = Arc::new(AtomicBool::new(false));
     let progress = progress::Progress::new(a.exec.verbose);
     let observer: &dyn Observer = if apply { &progress } else { &Quiet };
-    if let Some(store) = preload {
-        let store = store?;
+    if let Some((store, state)) = preload {
+        // Where loading failed, the state's error comes after the workflow's.
+        let store =
+            store.map(|store| lyra_core::state::Preloaded::new(store, &deployment, state.unwrap_or(Ok(None))))?;
         signals::install(Arc::clone(&cancel), out);
         let result = engine(a.exec.concurrency, &providers, &store, observer, &sources, &cancel)
             .plan_targets(&program, &deployment, &data, &a.targets)
@@ -564,60 +585,116 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
         left_for_exit((report, program, sources));
         return pending;
     }
-    let store = open_state(a.state.as_deref()).await?;
-    signals::install(Arc::clone(&cancel), out);
-    let (program_ref, data, name) = (&program, &data, &deployment);
-    let (providers, sources_ref, cancel_ref) = (&providers, &sources, &cancel);
-    let ask = confirm::wanted(a.exec.yes, out);
-    let declined = AtomicBool::new(false);
-    let declined_ref = &declined;
-    let (result, kept) = locking::under_lease(
-        &store,
-        &deployment,
-        "apply",
-        &a.exec.lock,
-        &cancel,
-        |leased| async move {
-            if ask {
-                // Planned under the lease: what is shown is what the apply starts from.
-                let plan = engine(
-                    a.exec.concurrency,
-                    providers,
-                    leased.recorder(),
-                    &Quiet,
-                    sources_ref,
-                    cancel_ref,
-                )
-                .plan_targets(program_ref, name, data, &a.targets)
-                .await?;
-                if saved_plan::changes(&plan) {
-                    let _ = print_styled(&output::plan_coloured(&plan));
-                    if !confirm::ask(&format!("Apply these changes to deployment '{name}'?")).await {
-                        declined_ref.store(true, Ordering::SeqCst);
-                        return Ok(plan);
-                    }
-                }
-            }
-            engine(
-                a.exec.concurrency,
-                providers,
-                leased.recorder(),
-                observer,
-                sources_ref,
-                cancel_ref,
-            )
-            .apply_targets(program_ref, name, data, &actor(), &a.targets)
+    let run = ApplyRun {
+        a,
+        program: &program,
+        data: &data,
+        deployment: &deployment,
+        providers: &providers,
+        sources: &sources,
+        cancel: &cancel,
+        observer,
+        ask: confirm::wanted(a.exec.yes, out),
+        declined: AtomicBool::new(false),
+    };
+    let run = &run;
+    let (result, kept) = match early {
+        Some((early, state)) => {
+            locking::under_early(early, &deployment, |leased| async move {
+                let recorder: Arc<dyn Recorder> = Arc::new(leased.recorder().clone());
+                run.apply(&lyra_core::state::Preloaded::new(recorder, run.deployment, state))
+                    .await
+            })
             .await
-        },
-    )
-    .await?;
+        }
+        None => {
+            let store = open_state(a.state.as_deref()).await?;
+            locking::under_lease(
+                &store,
+                &deployment,
+                "apply",
+                &a.exec.lock,
+                &cancel,
+                |leased| async move { run.apply(leased.recorder()).await },
+            )
+            .await?
+        }
+    };
     progress.finish();
-    if declined.load(Ordering::SeqCst) {
+    if run.declined.load(Ordering::SeqCst) {
         return Err(declined_exit("apply"));
     }
     let finished = finish_leased(result, kept, &deployment, &sources, out);
     left_for_exit((program, sources));
     finished
+}
+
+/// The lease of an existing state, when it is free now, and the state read under it: see
+/// [`plan_or_apply`]. None otherwise, with nothing printed or made.
+async fn early_lease(
+    a: &args::RunArgs,
+    deployment: &str,
+    cancel: &Arc<AtomicBool>,
+) -> Option<(
+    locking::Early,
+    Result<Option<lyra_core::state::DeploymentState>, StoreError>,
+)> {
+    let store = lyra_state::open_existing(a.state.as_deref().unwrap_or(DEFAULT_STATE))
+        .await
+        .ok()?;
+    let early = locking::take_if_free(&store, deployment, "apply", &a.exec.lock, cancel).await?;
+    let state = store.load(deployment).await;
+    Some((early, state))
+}
+
+/// An apply's run under its lease: planned and confirmed first when asked, then applied.
+struct ApplyRun<'a> {
+    a: &'a args::RunArgs,
+    program: &'a lyra_core::program::Program,
+    data: &'a lyra_core::value::Map,
+    deployment: &'a str,
+    providers: &'a Providers,
+    sources: &'a Sources,
+    cancel: &'a Arc<AtomicBool>,
+    observer: &'a dyn Observer,
+    ask: bool,
+    declined: AtomicBool,
+}
+
+impl ApplyRun<'_> {
+    async fn apply(&self, recorder: &dyn Recorder) -> Result<Report, EngineError> {
+        let (a, name) = (self.a, self.deployment);
+        if self.ask {
+            // Planned under the lease: what is shown is what the apply starts from.
+            let plan = engine(
+                a.exec.concurrency,
+                self.providers,
+                recorder,
+                &Quiet,
+                self.sources,
+                self.cancel,
+            )
+            .plan_targets(self.program, name, self.data, &a.targets)
+            .await?;
+            if saved_plan::changes(&plan) {
+                let _ = print_styled(&output::plan_coloured(&plan));
+                if !confirm::ask(&format!("Apply these changes to deployment '{name}'?")).await {
+                    self.declined.store(true, Ordering::SeqCst);
+                    return Ok(plan);
+                }
+            }
+        }
+        engine(
+            a.exec.concurrency,
+            self.providers,
+            recorder,
+            self.observer,
+            self.sources,
+            self.cancel,
+        )
+        .apply_targets(self.program, name, self.data, &actor(), &a.targets)
+        .await
+    }
 }
 
 /// Leaves a large value (a workflow's model, a run's report) to the end of the process,

@@ -340,6 +340,16 @@ where
     Fut: Future<Output = T>,
 {
     let held = acquire_waiting(Arc::clone(store), deployment, options, Arc::clone(cancel), on_wait).await?;
+    Ok(run_under_held(held, run).await)
+}
+
+/// [`run_under_lease`] with a lease taken beforehand ([`acquire`]): runs `run` with it,
+/// releases it, and says whether it was still ours.
+pub async fn run_under_held<T, F, Fut>(held: HeldLease, run: F) -> Ran<T>
+where
+    F: FnOnce(Leased) -> Fut,
+    Fut: Future<Output = T>,
+{
     let leased = Leased {
         lease: held.lease.clone(),
         recorder: held.recorder(),
@@ -347,7 +357,7 @@ where
     };
     let value = run(leased).await;
     let released = held.release().await;
-    Ok(Ran { value, released })
+    Ran { value, released }
 }
 
 /// Takes `deployment`'s lease, waiting for it up to `options.wait`, and keeps renewing it

@@ -167,6 +167,37 @@ fn plan_needs_no_lease_and_the_lease_is_shown() {
     assert!(lyra.state("slow")["lease"].is_null(), "released at the end");
 }
 
+/// An apply takes a free lease while it reads its workflow, and reads the state under it
+/// meanwhile: a workflow then found invalid gives the lease back and records nothing. Where
+/// the lease is held, the workflow's problems still come first, then the lock.
+#[test]
+fn an_invalid_workflow_is_reported_first_and_leaves_no_lease() {
+    let lyra = Lyra::new();
+    slow(&lyra);
+    lyra.write_workflow(
+        "broken",
+        "steps:\n  a:\n    resource: Null::Resource\n    value: {input: $nowhere}\n",
+    );
+    lyra.init_state();
+    lyra.ok(&["apply", "slow", "--concurrency", "12"]);
+    let runs = lyra.history("slow").len();
+    lyra.run(&["apply", "broken", "--name", "slow"])
+        .expect_code(1)
+        .expect_stderr(&["produces '$nowhere'"]);
+    assert!(lyra.state("slow")["lease"].is_null(), "given back");
+    assert_eq!(lyra.history("slow").len(), runs, "no run recorded");
+    assert_eq!(lyra.state("slow")["resources"].as_array().map(Vec::len), Some(12));
+
+    let mut holder = lyra.spawn("holder", &["apply", "slow", "--name", "held", "--concurrency", "1"]);
+    wait_for_lease(&lyra, "held");
+    let refused = lyra.run(&["apply", "broken", "--name", "held", "-o", "json"]);
+    refused.expect_code(1).expect_stderr(&["produces '$nowhere'"]);
+    assert_eq!(refused.json()["error"]["kind"], "invalid_input", "{refused}");
+    lyra.run(&["apply", "slow", "--name", "held"]).expect_code(3);
+    wait_ok(&lyra, &mut holder, "holder");
+    assert!(lyra.state("held")["lease"].is_null());
+}
+
 /// Kills a run holding the lease; returns once it is dead.
 fn kill_holder(lyra: &Lyra, args: &[&str]) {
     let mut child = lyra.spawn("holder", args);
