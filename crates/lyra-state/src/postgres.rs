@@ -59,8 +59,8 @@ use sqlx::{Connection, PgConnection};
 
 use crate::error::{Error, is_connection_fault};
 use crate::rows::{
-    DeploymentSummaryRow, LeaseRow, ResourceRow, RunEndRow, RunRow, lease_columns, now_ms, resource_columns,
-    run_columns, summaries,
+    APPLIED_MIGRATIONS, AppliedMigration, DeploymentSummaryRow, LeaseRow, ResourceRow, RunEndRow, RunRow,
+    applied_as_embedded, lease_columns, now_ms, resource_columns, run_columns, summaries,
 };
 use crate::url::StoreUrl;
 
@@ -222,11 +222,17 @@ impl PostgresStore {
                 return Err(no_state());
             }
         }
-        // sqlx holds an advisory lock while migrating, so concurrent openers take turns.
-        MIGRATOR.run(&mut conn).await.map_err(|source| Error::PgMigrate {
-            target: target.clone(),
-            source,
-        })?;
+        // sqlx holds an advisory lock while migrating, so concurrent openers take turns. A
+        // state already up to date skips it: one query instead of the lock, four statements
+        // and the unlock, on every command. Each migration commits whole, so one running in
+        // another process is seen done or not at all.
+        let applied: Result<Vec<AppliedMigration>, _> = sqlx::query_as(APPLIED_MIGRATIONS).fetch_all(&mut conn).await;
+        if !applied.is_ok_and(|applied| applied_as_embedded(&MIGRATOR, &applied)) {
+            MIGRATOR.run(&mut conn).await.map_err(|source| Error::PgMigrate {
+                target: target.clone(),
+                source,
+            })?;
+        }
         let id: String = sqlx::query_scalar("SELECT id FROM store_identity")
             .fetch_one(&mut conn)
             .await

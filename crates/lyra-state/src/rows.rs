@@ -25,6 +25,33 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// A row of `_sqlx_migrations`, as far as deciding whether the migrator has work to do.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct AppliedMigration {
+    pub version: i64,
+    pub success: bool,
+    pub checksum: Vec<u8>,
+}
+
+/// The query that reads them, in the order [`applied_as_embedded`] compares them.
+pub(crate) const APPLIED_MIGRATIONS: &str = "SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version";
+
+/// Whether `applied` (by version) is exactly `migrator`'s migrations, each applied successfully
+/// and as embedded: what sqlx's migrator leaves as it is. Anything else (one missing, failed,
+/// altered, or from a newer Lyra) is the migrator's to apply or refuse.
+pub(crate) fn applied_as_embedded(migrator: &sqlx::migrate::Migrator, applied: &[AppliedMigration]) -> bool {
+    let mut embedded: Vec<_> = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .collect();
+    embedded.sort_by_key(|m| m.version);
+    applied.len() == embedded.len()
+        && applied
+            .iter()
+            .zip(embedded)
+            .all(|(a, m)| a.version == m.version && a.success && *a.checksum == *m.checksum)
+}
+
 /// A row of `resources`.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub(crate) struct ResourceRow {

@@ -32,8 +32,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, SQLITE_NOTADB, sqlite_primary_code};
 use crate::rows::{
-    DeploymentSummaryRow, LeaseRow, ResourceColumns, ResourceRow, RunEndRow, RunRow, StateBuilder, lease_columns,
-    now_ms, run_columns,
+    APPLIED_MIGRATIONS, AppliedMigration, DeploymentSummaryRow, LeaseRow, ResourceColumns, ResourceRow, RunEndRow,
+    RunRow, StateBuilder, applied_as_embedded, lease_columns, now_ms, run_columns,
 };
 
 use self::writer::{Done, ImportRows, Op, Writer, lease_row};
@@ -403,17 +403,17 @@ fn current_identity(conn: &Connection) -> Result<Option<String>, rusqlite::Error
         return Ok(None);
     }
     let tx = conn.unchecked_transaction()?;
-    let applied: Vec<(i64, bool, Vec<u8>)> = tx
-        .prepare("SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+    let applied: Vec<AppliedMigration> = tx
+        .prepare(APPLIED_MIGRATIONS)?
+        .query_map([], |r| {
+            Ok(AppliedMigration {
+                version: r.get(0)?,
+                success: r.get(1)?,
+                checksum: r.get(2)?,
+            })
+        })?
         .collect::<Result<_, _>>()?;
-    let embedded = MIGRATOR.iter().filter(|m| !m.migration_type.is_down_migration());
-    let same = applied.len() == embedded.clone().count()
-        && applied
-            .iter()
-            .zip(embedded)
-            .all(|((version, success, checksum), m)| *version == m.version && *success && **checksum == *m.checksum);
-    if !same {
+    if !applied_as_embedded(&MIGRATOR, &applied) {
         return Ok(None);
     }
     let id = tx

@@ -87,6 +87,75 @@ async fn schemas_are_separate_states() {
     assert_ne!(other.store_id(), ids[0]);
 }
 
+async fn applied(raw: &mut PgConnection) -> Vec<crate::rows::AppliedMigration> {
+    sqlx::query_as(crate::rows::APPLIED_MIGRATIONS)
+        .fetch_all(raw)
+        .await
+        .expect("applied")
+}
+
+/// A state already up to date skips sqlx's migrator; one it would change or refuse does not:
+/// a migration recorded as failed, or altered since it ran, is still refused on open.
+#[tokio::test]
+async fn only_an_up_to_date_state_skips_the_migrator() {
+    let Some(db) = PgTestDb::create("skips_migrator").await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url()).await.expect("create");
+    let id = store.store_id().to_owned();
+    store.close().await;
+    let mut raw = PgConnection::connect(db.server_url()).await.expect("raw");
+    // `schema` is our own generated identifier.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET search_path TO {}", db.schema())))
+        .execute(&mut raw)
+        .await
+        .expect("search path");
+    assert!(crate::rows::applied_as_embedded(
+        &super::MIGRATOR,
+        &applied(&mut raw).await
+    ));
+    let reopened = PostgresStore::connect_existing(db.url(), &Default::default())
+        .await
+        .expect("reopen");
+    assert_eq!(reopened.store_id(), id);
+    reopened.close().await;
+
+    for (planted, undo) in [
+        (
+            "UPDATE _sqlx_migrations SET success = FALSE WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+            "UPDATE _sqlx_migrations SET success = TRUE",
+        ),
+        (
+            "UPDATE _sqlx_migrations SET checksum = checksum || '\\x00'::bytea \
+             WHERE version = (SELECT min(version) FROM _sqlx_migrations)",
+            "UPDATE _sqlx_migrations SET checksum = substring(checksum FROM 1 FOR length(checksum) - 1) \
+             WHERE version = (SELECT min(version) FROM _sqlx_migrations)",
+        ),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(planted))
+            .execute(&mut raw)
+            .await
+            .expect("plant");
+        assert!(
+            !crate::rows::applied_as_embedded(&super::MIGRATOR, &applied(&mut raw).await),
+            "{planted}"
+        );
+        let err = PostgresStore::connect_existing(db.url(), &Default::default())
+            .await
+            .expect_err("sqlx refuses it");
+        assert!(matches!(&err, Error::PgMigrate { .. }), "{planted}: {err:?}");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(undo))
+            .execute(&mut raw)
+            .await
+            .expect("undo");
+        assert!(
+            crate::rows::applied_as_embedded(&super::MIGRATOR, &applied(&mut raw).await),
+            "{undo}"
+        );
+    }
+    raw.close().await.expect("close raw");
+}
+
 /// A schema written by v1 (before store ids and create keys) upgrades in place, as SQLite's
 /// v2 does: an id for the store, the old key for pending records, notes without URLs that
 /// could hold a password.
