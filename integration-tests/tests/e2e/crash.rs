@@ -197,6 +197,49 @@ fn sigint_cancels_records_and_converges() {
     assert_eq!(lyra.resources("int").len(), N);
 }
 
+/// `n` independent null steps.
+fn null_steps(n: usize) -> String {
+    let mut yaml = String::from("steps:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  s{i}:\n    resource: Null::Resource\n    value:\n      input: {i}\n"
+        ));
+    }
+    yaml
+}
+
+/// Ctrl-C while an apply still reads its workflow, holding the lease it took early (the state
+/// exists and the lease was free): exit 130 before anything runs, the lease given back, no run
+/// recorded. The workflow is large so that reading it outlasts noticing the lease.
+#[test]
+fn sigint_while_the_workflow_is_read_changes_nothing() {
+    let lyra = Lyra::new();
+    lyra.write_workflow("big", &null_steps(1));
+    lyra.ok(&["apply", "big"]);
+    let runs = lyra.history("big").len();
+    lyra.write_workflow("big", &null_steps(50_000));
+    let mut child = lyra.spawn("apply", &["apply", "big", "-o", "json"]);
+    let leased = wait_until(Duration::from_secs(60), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the apply ended first: {status:?} {:?}", lyra.spawned_output("apply"));
+        }
+        let run = lyra.run(&["state", "show", "big", "-o", "json"]);
+        run.code == Some(0) && !run.json()["lease"].is_null()
+    });
+    assert!(leased, "the apply never took the lease");
+    interrupt(&child);
+    let status = child.wait().expect("wait");
+    let (stdout, stderr) = lyra.spawned_output("apply");
+    assert_eq!(status.code(), Some(130), "{stdout}\n{stderr}");
+    assert!(stderr.contains("interrupted before the apply started"), "{stderr}");
+    let error: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(error["error"]["kind"], "interrupted", "{error:#}");
+    let state = lyra.state("big");
+    assert!(state["lease"].is_null(), "given back: {state:#}");
+    assert_eq!(state["resources"].as_array().map(Vec::len), Some(1), "nothing applied");
+    assert_eq!(lyra.history("big").len(), runs, "no run recorded");
+}
+
 /// After Ctrl-C, steps that have not started must not start ("finish running steps,
 /// schedule no more"). Independent steps waiting for a concurrency slot are started anyway.
 #[test]
