@@ -155,12 +155,7 @@ impl SqliteStore {
     /// connection) costs more than the reads of a small plan: 1.2–1.5 ms of a 3.5–6 ms
     /// command here.
     async fn open_current(path: &Path, options: &SqliteOptions) -> Option<SqliteStore> {
-        let reads = Arc::new(Reads {
-            path: path.to_owned(),
-            options: options.clone(),
-            idle: Mutex::new(Vec::new()),
-            permits: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1) as usize)),
-        });
+        let reads = Reads::new(path, options);
         let opening = Arc::clone(&reads);
         let (writer, id) = tokio::task::spawn_blocking(move || -> Option<(Connection, String)> {
             let conn = opening.open(Role::Write).ok()?;
@@ -169,12 +164,18 @@ impl SqliteStore {
         })
         .await
         .ok()??;
-        Some(SqliteStore {
-            path: path.to_owned(),
+        Some(SqliteStore::assemble(id, reads, writer))
+    }
+
+    /// The store on `reads` (its path and options) with `writer` as its write connection.
+    fn assemble(id: String, reads: Arc<Reads>, writer: Connection) -> SqliteStore {
+        let busy_timeout = reads.options.busy_timeout;
+        SqliteStore {
+            path: reads.path.clone(),
             id,
             reads,
-            writer: Writer::new(writer, options.busy_timeout),
-        })
+            writer: Writer::new(writer, busy_timeout),
+        }
     }
 
     async fn connect(path: &Path, options: &SqliteOptions, create: bool) -> Result<SqliteStore, Error> {
@@ -207,12 +208,7 @@ impl SqliteStore {
 
         // The store's own connections, opened before the migration's closes: the last
         // connection to close checkpoints the WAL away, and the next would start a new one.
-        let reads = Arc::new(Reads {
-            path: path.to_owned(),
-            options: options.clone(),
-            idle: Mutex::new(Vec::new()),
-            permits: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1) as usize)),
-        });
+        let reads = Reads::new(path, options);
         let writer = {
             let reads = Arc::clone(&reads);
             tokio::task::spawn_blocking(move || reads.open(Role::Write))
@@ -225,12 +221,7 @@ impl SqliteStore {
         })?;
         let _ = conn.close().await;
 
-        Ok(SqliteStore {
-            path: path.to_owned(),
-            id,
-            reads,
-            writer: Writer::new(writer, options.busy_timeout),
-        })
+        Ok(SqliteStore::assemble(id, reads, writer))
     }
 
     /// The database file.
@@ -294,6 +285,16 @@ struct Reads {
 }
 
 impl Reads {
+    /// No connection yet: each is opened when a read first needs it.
+    fn new(path: &Path, options: &SqliteOptions) -> Arc<Reads> {
+        Arc::new(Reads {
+            path: path.to_owned(),
+            options: options.clone(),
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1) as usize)),
+        })
+    }
+
     /// Waits for a read's turn.
     async fn permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
         Arc::clone(&self.permits)
