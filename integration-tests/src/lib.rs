@@ -617,6 +617,34 @@ pub fn sleeps_workflow(n: usize, duration: &str) -> String {
     y
 }
 
+/// Waits until someone holds the lease on `deployment` and returns its JSON.
+#[track_caller]
+pub fn wait_for_lease(lyra: &Lyra, deployment: &str) -> Value {
+    let mut lease = Value::Null;
+    let held = wait_until(Duration::from_secs(30), || {
+        let run = lyra.run(&["state", "list", "-o", "json"]);
+        if run.code != Some(0) {
+            return false;
+        }
+        let list = run.json();
+        let found = list
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| d["deployment"] == deployment)
+            .map(|d| d["lease"].clone());
+        match found {
+            Some(l) if !l.is_null() => {
+                lease = l;
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(held, "no lease on {deployment} appeared");
+    lease
+}
+
 /// Polls `cond` every 10ms until it holds (true) or `timeout` passes (false).
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

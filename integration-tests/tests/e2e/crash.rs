@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::Duration;
 
-use integration_tests::{Lyra, count, sleeps_workflow, steps, wait_until};
+use integration_tests::{Lyra, count, sleeps_workflow, steps, wait_for_lease, wait_until};
 
 /// How many resources the state records as made for `deployment` right now (not counting
 /// creates in flight, recorded as pending); `None` while it cannot be read (a concurrent
@@ -197,36 +197,18 @@ fn sigint_cancels_records_and_converges() {
     assert_eq!(lyra.resources("int").len(), N);
 }
 
-/// `n` independent null steps.
-fn null_steps(n: usize) -> String {
-    let mut yaml = String::from("steps:\n");
-    for i in 0..n {
-        yaml.push_str(&format!(
-            "  s{i}:\n    resource: Null::Resource\n    value:\n      input: {i}\n"
-        ));
-    }
-    yaml
-}
-
 /// Ctrl-C while an apply still reads its workflow, holding the lease it took early (the state
 /// exists and the lease was free): exit 130 before anything runs, the lease given back, no run
 /// recorded. The workflow is large so that reading it outlasts noticing the lease.
 #[test]
 fn sigint_while_the_workflow_is_read_changes_nothing() {
     let lyra = Lyra::new();
-    lyra.write_workflow("big", &null_steps(1));
+    lyra.write_workflow("big", &sleeps_workflow(1, "1ms"));
     lyra.ok(&["apply", "big"]);
     let runs = lyra.history("big").len();
-    lyra.write_workflow("big", &null_steps(50_000));
+    lyra.write_workflow("big", &sleeps_workflow(50_000, "1ms"));
     let mut child = lyra.spawn("apply", &["apply", "big", "-o", "json"]);
-    let leased = wait_until(Duration::from_secs(60), || {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the apply ended first: {status:?} {:?}", lyra.spawned_output("apply"));
-        }
-        let run = lyra.run(&["state", "show", "big", "-o", "json"]);
-        run.code == Some(0) && !run.json()["lease"].is_null()
-    });
-    assert!(leased, "the apply never took the lease");
+    wait_for_lease(&lyra, "big");
     interrupt(&child);
     let status = child.wait().expect("wait");
     let (stdout, stderr) = lyra.spawned_output("apply");

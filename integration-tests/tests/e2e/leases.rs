@@ -4,41 +4,12 @@
 //! `plan` never needs the lease.
 
 use std::process::Child;
-use std::time::Duration;
 
-use integration_tests::{Lyra, count, pg_or_skip, sleeps_workflow, wait_until};
+use integration_tests::{Lyra, count, pg_or_skip, sleeps_workflow, wait_for_lease};
 
 /// 12 sleeps of 300ms, 4 at a time: about a second of holding the lease.
 fn slow(lyra: &Lyra) {
     lyra.write_workflow("slow", &sleeps_workflow(12, "300ms"));
-}
-
-/// Waits until someone holds the lease on `deployment` and returns its JSON.
-#[track_caller]
-fn wait_for_lease(lyra: &Lyra, deployment: &str) -> serde_json::Value {
-    let mut lease = serde_json::Value::Null;
-    let held = wait_until(Duration::from_secs(30), || {
-        let run = lyra.run(&["state", "list", "-o", "json"]);
-        if run.code != Some(0) {
-            return false;
-        }
-        let list = run.json();
-        let found = list
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|d| d["deployment"] == deployment)
-            .map(|d| d["lease"].clone());
-        match found {
-            Some(l) if !l.is_null() => {
-                lease = l;
-                true
-            }
-            _ => false,
-        }
-    });
-    assert!(held, "no lease on {deployment} appeared");
-    lease
 }
 
 fn wait_ok(lyra: &Lyra, child: &mut Child, tag: &str) {
