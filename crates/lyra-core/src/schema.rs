@@ -86,8 +86,9 @@ pub struct ResourceSchema {
     pub local: bool,
     /// Its provider's `read` answers the recorded actual state as it is, whatever else
     /// happens (an echo, a value drawn once): a plan or apply takes the record for the read,
-    /// neither asking nor copying it (`lyra drift`, whose point is to read, still asks). Planning 10,000 unchanged steps spent a sixth of its
-    /// time copying records to read them back.
+    /// neither asking nor copying it (`lyra drift`, whose point is to read, still asks).
+    /// Planning 10,000 unchanged steps spent a sixth of its time copying records to read them
+    /// back.
     pub read_is_record: bool,
 }
 
