@@ -82,6 +82,15 @@ impl Run<'_, '_> {
     }
 
     pub(super) fn resolve(&self, e: &Expr, env: &Env) -> Result<Val, StepError> {
+        // Most values are written out: nothing to look up, no origin, and no deeper than the
+        // YAML they were written in, which the front end bounds.
+        if let Expr::Lit(v) = e {
+            return Ok(Val {
+                var: Var::Known(v.clone()),
+                origins: Arc::clone(&self.no_origins),
+                sensitive: false,
+            });
+        }
         let look = |n: &str| env.get(n).map(|v| &v.var);
         let mut origins: BTreeSet<String> = BTreeSet::new();
         let mut sensitive = false;
@@ -91,7 +100,11 @@ impl Run<'_, '_> {
                 sensitive |= v.sensitive;
             }
         }
-        let origins = Arc::new(origins.into_iter().collect());
+        let origins = if origins.is_empty() {
+            Arc::clone(&self.no_origins)
+        } else {
+            Arc::new(origins.into_iter().collect())
+        };
         match e.resolve(&look) {
             // Templates nest values in values: a chain of steps could build values of any
             // depth. Only a template with references can go past the YAML limit, so the

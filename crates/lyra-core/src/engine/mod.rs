@@ -182,6 +182,9 @@ struct Run<'e, 'a> {
     /// `--target`: what the run was restricted to, noted in the history. A partial apply
     /// records no returns.
     partial: Option<String>,
+    /// The origins of a value that comes from no recorded resource, shared rather than
+    /// allocated for each such value (most are).
+    no_origins: Arc<Vec<String>>,
 }
 
 /// The step being run: what its failure and its report need.
@@ -627,6 +630,7 @@ impl<'e, 'a> Run<'e, 'a> {
             secrets: Mutex::new(Secrets::default()),
             configs: config::Configs::default(),
             partial: None,
+            no_origins: Arc::new(Vec::new()),
         }
     }
 

@@ -209,27 +209,37 @@ impl Run<'_, '_> {
             tainted: BTreeSet::new(),
         };
         for a in value {
-            let resolved = self.resolve(&a.expr, env)?;
-            if resolved.sensitive {
+            // A value written out is converted where it is written, not copied first.
+            let (known, sensitive) = match &a.expr {
+                Expr::Lit(v) => (Some(Cow::Borrowed(v)), false),
+                e => {
+                    let resolved = self.resolve(e, env)?;
+                    let known = match resolved.var {
+                        Var::Known(v) => Some(Cow::Owned(v)),
+                        Var::Unknown => None,
+                    };
+                    (known, resolved.sensitive)
+                }
+            };
+            if sensitive {
                 d.tainted.insert(a.name.clone());
             }
-            match resolved.var {
-                Var::Known(v) => {
-                    let ty = schema.attribute(&a.name).map(|x| &x.ty);
-                    let v = coerce_opt(ty, &v).map_err(|error| StepError::AttributeType {
-                        at: self.at(a.span),
-                        attribute: a.name.clone(),
-                        type_name: type_name.to_owned(),
-                        error: Box::new(error),
-                        secret: resolved.sensitive,
-                    })?;
-                    if resolved.sensitive {
-                        self.secrets.lock().expect("secrets lock").add_derived(&v);
-                    }
-                    d.values.insert(a.name.clone(), v);
-                }
-                Var::Unknown => d.unknown.push(a.name.clone()),
+            let Some(v) = known else {
+                d.unknown.push(a.name.clone());
+                continue;
+            };
+            let ty = schema.attribute(&a.name).map(|x| &x.ty);
+            let v = coerce_opt(ty, &v).map_err(|error| StepError::AttributeType {
+                at: self.at(a.span),
+                attribute: a.name.clone(),
+                type_name: type_name.to_owned(),
+                error: Box::new(error),
+                secret: sensitive,
+            })?;
+            if sensitive {
+                self.secrets.lock().expect("secrets lock").add_derived(&v);
             }
+            d.values.insert(a.name.clone(), v);
         }
         Ok(d)
     }
