@@ -45,6 +45,10 @@ pub fn too_deep(value: &Value) -> bool {
 
 /// Whether `value`, itself inside `outer` containers, reaches deeper than [`MAX_DEPTH`].
 pub fn too_deep_at(value: &Value, outer: usize) -> bool {
+    // Most values checked are scalars: no stack for them.
+    if !matches!(value, Value::Array(_) | Value::Object(_)) {
+        return false;
+    }
     let mut stack: Vec<(&Value, usize)> = vec![(value, outer)];
     while let Some((v, outer)) = stack.pop() {
         let children: Box<dyn Iterator<Item = &Value>> = match v {
