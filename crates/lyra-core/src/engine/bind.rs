@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::error::StepError;
-use super::{Env, Run, Val, lookup};
+use super::{Env, Run, Val, lookup, no_origins};
 use crate::expr::{Expr, ResolveError, Var};
 use crate::model::{Param, ParamSource, Return, ReturnSource};
 use crate::types::{Type, TypeError};
@@ -85,11 +85,7 @@ impl Run<'_, '_> {
         // Most values are written out: nothing to look up, no origin, and no deeper than the
         // YAML they were written in, which the front end bounds.
         if let Expr::Lit(v) = e {
-            return Ok(Val {
-                var: Var::Known(v.clone()),
-                origins: Arc::clone(&self.no_origins),
-                sensitive: false,
-            });
+            return Ok(Val::known(v.clone()));
         }
         let look = |n: &str| env.get(n).map(|v| &v.var);
         let mut origins: BTreeSet<String> = BTreeSet::new();
@@ -101,7 +97,7 @@ impl Run<'_, '_> {
             }
         }
         let origins = if origins.is_empty() {
-            Arc::clone(&self.no_origins)
+            no_origins()
         } else {
             Arc::new(origins.into_iter().collect())
         };

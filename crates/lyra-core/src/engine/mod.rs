@@ -31,7 +31,7 @@ mod target;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::FastMap;
@@ -129,17 +129,24 @@ impl Val {
     fn known(v: Value) -> Val {
         Val {
             var: Var::Known(v),
-            origins: Arc::new(Vec::new()),
+            origins: no_origins(),
             sensitive: false,
         }
     }
     fn unknown() -> Val {
         Val {
             var: Var::Unknown,
-            origins: Arc::new(Vec::new()),
+            origins: no_origins(),
             sensitive: false,
         }
     }
+}
+
+/// The origins of a value that comes from no recorded resource: one list, shared rather than
+/// allocated for each such value (most are).
+fn no_origins() -> Arc<Vec<String>> {
+    static NONE: LazyLock<Arc<Vec<String>>> = LazyLock::new(|| Arc::new(Vec::new()));
+    Arc::clone(&NONE)
 }
 
 type Env = FastMap<String, Val>;
@@ -182,9 +189,6 @@ struct Run<'e, 'a> {
     /// `--target`: what the run was restricted to, noted in the history. A partial apply
     /// records no returns.
     partial: Option<String>,
-    /// The origins of a value that comes from no recorded resource, shared rather than
-    /// allocated for each such value (most are).
-    no_origins: Arc<Vec<String>>,
 }
 
 /// The step being run: what its failure and its report need.
@@ -630,7 +634,6 @@ impl<'e, 'a> Run<'e, 'a> {
             secrets: Mutex::new(Secrets::default()),
             configs: config::Configs::default(),
             partial: None,
-            no_origins: Arc::new(Vec::new()),
         }
     }
 
