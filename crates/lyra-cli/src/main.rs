@@ -474,7 +474,12 @@ fn engine<'a>(
 }
 
 /// `--target`s must name steps there are: a typo would otherwise run nothing, successfully.
-fn check_targets(targets: &[String], known: &[String]) -> Result<(), Exit> {
+fn check_targets(targets: &[String], program: &lyra_core::program::Program) -> Result<(), Exit> {
+    // Listed only when asked for: every step's id, which a run without targets never needs.
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let known = lyra_core::engine::target_names(program);
     for t in targets {
         if !known.contains(t) {
             let near = near_names(t, known.iter().map(String::as_str));
@@ -557,7 +562,7 @@ async fn plan_or_apply(a: &args::RunArgs, apply: bool, detailed: bool, out: Outp
     // interruption meanwhile, then the state.
     let ready = parsed.and_then(|program| {
         let data = load::load_data(a.data.as_deref(), &a.vars, &mut sources)?;
-        check_targets(&a.targets, &lyra_core::engine::target_names(&program))?;
+        check_targets(&a.targets, &program)?;
         if apply && cancel.load(Ordering::SeqCst) {
             return Err(Exit::interrupted(
                 "interrupted before the apply started: nothing was changed".to_owned(),
