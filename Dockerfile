@@ -15,9 +15,9 @@ COPY integration-tests ./integration-tests
 COPY examples ./examples
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p lyra-controller -p lyra-cli \
-    && install -D -m 0755 target/release/lyra-controller /out/lyra-controller \
-    && install -D -m 0755 target/release/lyra /out/lyra
+    cargo build --profile dist --locked -p lyra-controller -p lyra-cli \
+    && install -D -m 0755 target/dist/lyra-controller /out/lyra-controller \
+    && install -D -m 0755 target/dist/lyra /out/lyra
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/lyra-controller /usr/local/bin/lyra-controller

@@ -377,10 +377,19 @@ fn the_dockerfile_copies_what_exists_and_runs_the_controller_with_real_flags() {
             "the build does not copy {member}"
         );
     }
-    // The packages and binaries it builds are the workspace's.
+    // The packages and binaries it builds are the workspace's, from a profile it defines.
+    let profile = build
+        .split_whitespace()
+        .skip_while(|w| *w != "--profile")
+        .nth(1)
+        .expect("cargo build --profile");
+    assert!(
+        members.contains(&format!("\n[profile.{profile}]\n")),
+        "the Dockerfile builds with profile {profile}, which Cargo.toml does not define"
+    );
     for (package, binary) in [("lyra-controller", "lyra-controller"), ("lyra-cli", "lyra")] {
         assert!(build.contains(&format!("-p {package}")), "{package}");
-        assert!(build.contains(&format!("target/release/{binary} ")), "{binary}");
+        assert!(build.contains(&format!("target/{profile}/{binary} ")), "{binary}");
     }
     assert!(controller_bin().file_name().is_some_and(|n| n == "lyra-controller"));
     assert!(lyra_bin().file_name().is_some_and(|n| n == "lyra"));
