@@ -236,12 +236,14 @@ fn a_crash_between_create_and_record_is_reported_and_leaves_no_provider_behind()
     lyra.write_workflow("files", &files_workflow(&lyra, "a.txt", "hang:here"));
     let mut child = lyra.spawn("hang", &["apply", "files"]);
     let marker = lyra.path("files/a.txt.applied");
+    // The marker exists before its pid is written in it: waited for until it holds one.
+    let pid = || -> Option<u32> { std::fs::read_to_string(&marker).ok()?.trim().parse().ok() };
     assert!(
-        wait_until(Duration::from_secs(30), || marker.is_file()),
+        wait_until(Duration::from_secs(30), || pid().is_some()),
         "the provider created the file: {:?}",
         lyra.spawned_output("hang")
     );
-    let provider_pid: u32 = lyra.read("files/a.txt.applied").trim().parse().expect("a pid");
+    let provider_pid = pid().expect("a pid");
     child.kill().expect("kill -9 lyra");
     let _ = child.wait();
     assert!(
