@@ -97,7 +97,7 @@ impl Engine<'_> {
             return Err(AdoptError::ReadOnly(step_id.to_owned()));
         }
         let providers = self.providers;
-        let (Some(schema), Some(provider)) = (providers.schemas().get(type_name), providers.get(type_name)) else {
+        let Some((schema, provider)) = providers.resolve(type_name) else {
             return Err(AdoptError::NoProvider(type_name.clone()));
         };
         let env = self.top_params(&program.main.root, data)?;

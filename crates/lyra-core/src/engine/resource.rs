@@ -121,7 +121,7 @@ impl Run<'_, '_> {
         };
         let prior = self.claim(&id);
         let providers = self.engine.providers;
-        let (Some(schema), Some(provider)) = (providers.schemas().get(type_name), providers.get(type_name)) else {
+        let Some((schema, provider)) = providers.resolve(type_name) else {
             let e = StepError::NoProvider {
                 at: self.at(step.span),
                 type_name: type_name.clone(),
