@@ -1,13 +1,12 @@
 //! The `Provider` trait: how the engine reaches the world to create, read, update and delete
 //! resources. Implementations live outside the core (`lyra-providers`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 
-use crate::schema::{ResourceSchema, SchemaRegistry, type_key};
+use crate::schema::{ResourceSchema, SchemaRegistry, TypeIndex};
 use crate::value::Map;
 
 /// Who is asking, for a provider operation.
@@ -187,13 +186,8 @@ pub trait Provider: Send + Sync {
 /// All providers of an engine, indexed by resource type.
 #[derive(Clone, Default)]
 pub struct Providers {
-    by_type: HashMap<String, Arc<dyn Provider>>,
+    by_type: TypeIndex<Arc<dyn Provider>>,
     schemas: SchemaRegistry,
-    /// Each type's schema and provider by its name exactly as registered, which is how
-    /// workflows nearly always spell it: [`Providers::resolve`] then finds both in one lookup,
-    /// with no lowercased copy of the name. Two such copies and lookups were 8% of planning
-    /// 10,000 unchanged steps.
-    by_name: crate::FastMap<String, (ResourceSchema, Arc<dyn Provider>)>,
 }
 
 impl std::fmt::Debug for Providers {
@@ -212,16 +206,7 @@ impl Providers {
     /// Registers every type of `provider`.
     pub fn register(&mut self, provider: &Arc<dyn Provider>) {
         for schema in provider.schemas() {
-            if self
-                .by_type
-                .insert(type_key(&schema.name), Arc::clone(provider))
-                .is_some()
-            {
-                // Registered before, perhaps spelt otherwise: replaced everywhere.
-                self.by_name.retain(|name, _| !name.eq_ignore_ascii_case(&schema.name));
-            }
-            self.by_name
-                .insert(schema.name.clone(), (schema.clone(), Arc::clone(provider)));
+            self.by_type.insert(&schema.name, Arc::clone(provider));
             self.schemas.insert(schema);
         }
         for schema in provider.config_schemas() {
@@ -236,16 +221,12 @@ impl Providers {
     }
 
     pub fn get(&self, type_name: &str) -> Option<&Arc<dyn Provider>> {
-        crate::schema::with_type_key(type_name, |key| self.by_type.get(key))
+        self.by_type.get(type_name)
     }
 
-    /// The schema and provider of a type (case-insensitive), as [`SchemaRegistry::get`] and
-    /// [`Providers::get`] give them, in one lookup when the name is spelt as registered.
+    /// The schema and the provider of a type (case-insensitive): both or neither.
     pub fn resolve(&self, type_name: &str) -> Option<(&ResourceSchema, &Arc<dyn Provider>)> {
-        match self.by_name.get(type_name) {
-            Some((schema, provider)) => Some((schema, provider)),
-            None => Some((self.schemas.get(type_name)?, self.get(type_name)?)),
-        }
+        Some((self.schemas.get(type_name)?, self.get(type_name)?))
     }
 
     pub fn schemas(&self) -> &SchemaRegistry {

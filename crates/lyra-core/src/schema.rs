@@ -1,5 +1,7 @@
 //! What providers tell the engine about their resource types.
 
+use std::sync::Arc;
+
 use crate::FastMap;
 use crate::types::Type;
 
@@ -162,21 +164,61 @@ pub fn with_type_key<R>(name: &str, f: impl FnOnce(&str) -> R) -> R {
     }
 }
 
+/// Values by resource type, looked up case-insensitively. A name spelt as it was registered,
+/// as workflows and records nearly always spell it, is found first and without a lowercased
+/// copy: the copies were 8% of planning 10,000 unchanged steps, which look their type up twice
+/// each.
+#[derive(Debug, Clone)]
+pub(crate) struct TypeIndex<V> {
+    by_key: FastMap<String, V>,
+    by_name: FastMap<String, V>,
+}
+
+impl<V> Default for TypeIndex<V> {
+    fn default() -> Self {
+        TypeIndex {
+            by_key: FastMap::default(),
+            by_name: FastMap::default(),
+        }
+    }
+}
+
+impl<V: Clone> TypeIndex<V> {
+    pub(crate) fn insert(&mut self, name: &str, value: V) {
+        if self.by_key.insert(type_key(name), value.clone()).is_some() {
+            // Registered before, perhaps spelt otherwise: replaced under every spelling.
+            self.by_name.retain(|n, _| !n.eq_ignore_ascii_case(name));
+        }
+        self.by_name.insert(name.to_owned(), value);
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&V> {
+        self.by_name
+            .get(name)
+            .or_else(|| with_type_key(name, |key| self.by_key.get(key)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.by_key.values()
+    }
+}
+
 /// All resource types known to an engine, looked up case-insensitively.
 #[derive(Debug, Clone, Default)]
 pub struct SchemaRegistry {
-    by_key: FastMap<String, ResourceSchema>,
+    types: TypeIndex<Arc<ResourceSchema>>,
     /// Provider configuration schemas, by namespace key.
     configs: FastMap<String, ResourceSchema>,
 }
 
 impl SchemaRegistry {
     pub fn insert(&mut self, schema: ResourceSchema) {
-        self.by_key.insert(type_key(&schema.name), schema);
+        let name = schema.name.clone();
+        self.types.insert(&name, Arc::new(schema));
     }
 
     pub fn get(&self, name: &str) -> Option<&ResourceSchema> {
-        with_type_key(name, |key| self.by_key.get(key))
+        self.types.get(name).map(|s| &**s)
     }
 
     /// Registers the configuration schema of a namespace (named by it).
@@ -197,7 +239,7 @@ impl SchemaRegistry {
     }
 
     pub fn names(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.by_key.values().map(|s| s.name.as_str()).collect();
+        let mut v: Vec<&str> = self.types.values().map(|s| s.name.as_str()).collect();
         v.sort_unstable();
         v
     }

@@ -221,10 +221,7 @@ impl Engine<'_> {
             out.error = Some(e.to_string());
             out
         };
-        let (Some(provider), Some(schema)) = (
-            self.providers.get(&rec.type_name),
-            self.providers.schemas().get(&rec.type_name),
-        ) else {
+        let Some((schema, provider)) = self.providers.resolve(&rec.type_name) else {
             let e = StepError::NoProviderToRead {
                 type_name: rec.type_name.clone(),
             };

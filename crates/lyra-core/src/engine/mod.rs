@@ -661,19 +661,8 @@ impl<'e, 'a> Run<'e, 'a> {
     fn remember_records<'r>(&self, records: impl Iterator<Item = &'r ResourceRecord>) {
         let schemas = self.engine.providers.schemas();
         let mut secrets = self.secrets.lock().expect("secrets lock");
-        // Records come in step order, mostly in runs of one type: a schema is looked up once
-        // a run, not once a record (half of this, at 10,000 records).
-        let mut last: Option<(&str, Option<&crate::schema::ResourceSchema>)> = None;
         for rec in records {
-            let schema = match last {
-                Some((type_name, schema)) if type_name == rec.type_name => schema,
-                _ => {
-                    let schema = schemas.get(&rec.type_name);
-                    last = Some((&rec.type_name, schema));
-                    schema
-                }
-            };
-            secrets.add_record(rec, schema);
+            secrets.add_record(rec, schemas.get(&rec.type_name));
         }
     }
 
