@@ -11,7 +11,7 @@ use lyra_state::{Lease, Store};
 
 use crate::args::LockArgs;
 use crate::exit::{Exit, kind};
-use crate::output::{lease_json, lease_text};
+use crate::output::{lease_json, lease_text, time_text};
 use crate::{signals, warn};
 
 /// Runs `run` under the lease on `deployment` for `operation`, waiting up to
@@ -42,6 +42,9 @@ where
     };
     let ran = lease::run_under_lease(store, deployment, &options, cancel, on_wait, |leased| async move {
         let _abort = signals::hold(store, leased.lease());
+        if let Some(ended) = leased.took_over() {
+            warn_took_over(deployment, ended);
+        }
         run(leased).await
     })
     .await
@@ -69,7 +72,22 @@ fn options(operation: &str, lock: &LockArgs) -> LeaseOptions {
         wait: lock.lock_timeout,
         // Some commands record more than one run under one lease (a refresh, then an apply).
         release_at_finish: false,
+        name_holder: true,
     }
+}
+
+/// Says that the lease was taken over from a process that ended holding it.
+fn warn_took_over(deployment: &str, ended: &Lease) {
+    let pid = lease::holder_pid(ended)
+        .map(|pid| format!("pid {pid}, "))
+        .unwrap_or_default();
+    warn(&format!(
+        "warning: took over the lease on '{deployment}': its holder, {} ({pid}{} since {}), \
+         ended on this machine without releasing it\n",
+        ended.owner,
+        ended.operation,
+        time_text(ended.since)
+    ));
 }
 
 /// A lease taken before its command is ready to run ([`take_if_free`]), on the list a second
@@ -82,7 +100,8 @@ pub struct Early {
 /// Takes the lease on `deployment` if it is free now, for a command that reads the state
 /// under it while it still prepares its run; then [`under_early`] or [`give_back`]. None when
 /// someone holds it or the store failed: the command goes on to [`under_lease`], which waits
-/// and reports as asked, once the command is ready. Prints nothing.
+/// and reports as asked, once the command is ready. Prints nothing, unless it took the lease
+/// over from a process that ended holding it.
 pub async fn take_if_free(
     store: &Arc<dyn Store>,
     deployment: &str,
@@ -97,6 +116,9 @@ pub async fn take_if_free(
     let held = lease::acquire(Arc::clone(store), deployment, &options, Arc::clone(cancel))
         .await
         .ok()?;
+    if let Some(ended) = held.took_over() {
+        warn_took_over(deployment, ended);
+    }
     let abort = signals::hold(store, held.lease());
     Some(Early { held, _abort: abort })
 }

@@ -440,6 +440,9 @@ pub fn run_json(r: &RunRecord) -> RunJson<'_> {
 pub struct LeaseJson<'a> {
     pub owner: &'a str,
     pub operation: &'a str,
+    /// The holder's process id, where the lease names it (the CLI's do).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// On the state store's clock.
     pub since: String,
     pub expires: String,
@@ -449,6 +452,7 @@ pub fn lease_json(l: &Lease) -> LeaseJson<'_> {
     LeaseJson {
         owner: &l.owner,
         operation: &l.operation,
+        pid: lyra_state::lease::holder_pid(l),
         since: instant(l.since),
         expires: instant(l.expires),
     }

@@ -1282,6 +1282,8 @@ impl Runtime {
             wait: None,
             // An apply or a delete records one run and writes nothing after it.
             release_at_finish: true,
+            // A successor replica runs in another pod: it waits for the time to live.
+            name_holder: false,
         };
         let ran = lease::run_under_lease(&self.store, &job.key.deployment(), &options, cancel, |_| {}, run)
             .await

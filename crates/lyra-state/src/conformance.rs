@@ -844,6 +844,52 @@ pub async fn break_lease_returns_holder(store: &dyn Store) {
     assert_eq!(store.break_lease("e").await.expect("break_lease"), None);
 }
 
+/// Breaking a lease only while a given process holds it (the end of its token, what others
+/// see of it): the lease of another holder, or a token that merely contains it, stays.
+pub async fn break_lease_held_by_its_process_only(store: &dyn Store) {
+    let alice = acquired(
+        store,
+        &lease_request("d", "alice@laptop", "secret-alice~b00.1.42.7", 60_000),
+    )
+    .await;
+    let LeaseGrant::Held(seen) = store
+        .acquire_lease(&lease_request("d", "bob@host", "secret-bob~b00.1.43.9", 60_000))
+        .await
+        .expect("acquire_lease")
+    else {
+        panic!("alice holds it")
+    };
+    assert_eq!(seen.token, "~b00.1.42.7", "others see the process, not the secret");
+    assert_eq!(
+        store.lease("d").await.expect("lease").expect("held").token,
+        "~b00.1.42.7"
+    );
+    for not_alice in ["", "~b00.1.43.9", "~b00.1.42", "42.7", "x~b00.1.42.7x"] {
+        assert_eq!(
+            store.break_lease_held_by("d", not_alice).await.expect("break"),
+            None,
+            "{not_alice:?}"
+        );
+    }
+    assert_eq!(
+        store.break_lease_held_by("e", "~b00.1.42.7").await.expect("break"),
+        None,
+        "another deployment"
+    );
+    let broken = store
+        .break_lease_held_by("d", &seen.token)
+        .await
+        .expect("break")
+        .expect("alice's");
+    assert_eq!(broken, alice);
+    assert_eq!(store.lease("d").await.expect("lease"), None);
+    // A token naming no process shows nothing of itself, and is broken by no process.
+    acquired(store, &lease_request("d", "carol@host", "secret-carol", 60_000)).await;
+    assert_eq!(store.lease("d").await.expect("lease").expect("held").token, "");
+    assert_eq!(store.break_lease_held_by("d", "").await.expect("break"), None);
+    assert!(store.lease("d").await.expect("lease").is_some());
+}
+
 /// The end of a run with no changes.
 pub fn end(outcome: Outcome) -> RunEnd {
     RunEnd {

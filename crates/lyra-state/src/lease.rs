@@ -10,6 +10,10 @@
 //! [`Fenced`], which the store refuses once the lease is no longer current: a holder paused
 //! past its time to live cannot record over the run that took its lease. `lyra plan` never
 //! takes a lease.
+//!
+//! A lease whose holder was a process on this machine that has ended (`kill -9`, a crash) is
+//! taken over at once rather than after its time to live: tokens name their process (see
+//! `holder`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,6 +26,8 @@ use lyra_core::state::{DeploymentState, Recorder, ResourceRecord, RunEnd, RunId,
 use tokio::task::JoinHandle;
 
 use crate::{Fence, Lease, LeaseGrant, LeaseRequest, Store};
+
+mod holder;
 
 /// The default time to live: how long a crashed holder blocks others.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -42,6 +48,11 @@ pub struct LeaseOptions {
     /// one round trip fewer per run, where the store can. A write after that finish is
     /// refused as one under a lost lease.
     pub release_at_finish: bool,
+    /// Name this process in the lease's token, so that a process on this machine that finds
+    /// it ended takes the lease over at once (the CLI: a run killed with `kill -9` does not
+    /// hold up the next for the time to live). A controller replica does not: its successor
+    /// runs in another pod, which could not tell, and waits for the time to live anyway.
+    pub name_holder: bool,
 }
 
 impl LeaseOptions {
@@ -53,6 +64,7 @@ impl LeaseOptions {
             ttl: DEFAULT_TTL,
             wait: None,
             release_at_finish: false,
+            name_holder: false,
         }
     }
 }
@@ -89,10 +101,12 @@ impl LeaseError {
     }
 }
 
-/// "alice@laptop is running apply since 2026-05-01T10:00:00Z (lease expires 2026-05-01T10:00:30Z)"
+/// "alice@laptop is running apply since 2026-05-01T10:00:00Z (pid 4242, lease expires
+/// 2026-05-01T10:00:30Z)"; the pid when the lease names its process.
 pub fn describe(lease: &Lease) -> String {
+    let pid = holder_pid(lease).map(|pid| format!("pid {pid}, ")).unwrap_or_default();
     format!(
-        "{} is running {} since {} (lease expires {})",
+        "{} is running {} since {} ({pid}lease expires {})",
         lease.owner,
         lease.operation,
         utc(lease.since),
@@ -118,6 +132,8 @@ pub struct HeldLease {
     lost: Arc<AtomicBool>,
     renewal: Arc<Renewal>,
     release_at_finish: bool,
+    /// The lease of an ended process this one took over to get here.
+    took_over: Option<Lease>,
 }
 
 /// The renewer of a held lease, shared with the recorder when a run's finish releases the
@@ -175,6 +191,12 @@ impl HeldLease {
     /// interrupted still holds its lease.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The lease this one was taken over from: its holder was a process on this machine that
+    /// had ended (killed or crashed) before its lease expired.
+    pub fn took_over(&self) -> Option<&Lease> {
+        self.took_over.as_ref()
     }
 
     /// What the run records through: the store's writes, fenced by this lease.
@@ -286,11 +308,17 @@ pub struct Leased {
     lease: Lease,
     recorder: Fenced,
     lost: Arc<AtomicBool>,
+    took_over: Option<Lease>,
 }
 
 impl Leased {
     pub fn lease(&self) -> &Lease {
         &self.lease
+    }
+
+    /// See [`HeldLease::took_over`].
+    pub fn took_over(&self) -> Option<&Lease> {
+        self.took_over.as_ref()
     }
 
     /// The run's [`Recorder`]: give it to the engine.
@@ -354,6 +382,7 @@ where
         lease: held.lease.clone(),
         recorder: held.recorder(),
         lost: Arc::clone(&held.lost),
+        took_over: held.took_over.clone(),
     };
     let value = run(leased).await;
     let released = held.release().await;
@@ -384,9 +413,10 @@ async fn acquire_waiting(
         deployment: deployment.to_owned(),
         owner: options.owner.clone(),
         operation: options.operation.clone(),
-        token: new_token(),
+        token: new_token(options.name_holder),
         ttl_ms,
     };
+    let mut took_over = None;
     // Polls 100ms, 200ms, … up to every second while someone else holds it.
     let mut delays = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
@@ -419,7 +449,21 @@ async fn acquire_waiting(
                         released: AtomicBool::new(false),
                     }),
                     release_at_finish: options.release_at_finish,
+                    took_over,
                 });
+            }
+            // Broken only while that holder still has it, then taken as usual (by this process
+            // or whoever asks first).
+            LeaseGrant::Held(holder)
+                if holder::has_ended(&holder.token)
+                    && store.break_lease_held_by(deployment, &holder.token).await?.is_some() =>
+            {
+                tracing::warn!(
+                    deployment = %deployment,
+                    "took over the lease of {}, a process on this machine that has ended",
+                    describe(&holder)
+                );
+                took_over = Some(holder);
             }
             LeaseGrant::Held(holder) => {
                 let Some(wait) = options.wait else {
@@ -459,9 +503,31 @@ async fn sleep_unless_cancelled(delay: Duration, cancel: &AtomicBool) -> bool {
     }
 }
 
-/// 128 random bits: only the holder knows its token.
-fn new_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
+/// 128 random bits, which only the holder knows, then, if `named`, the holder's identity
+/// (see [`holder`]).
+fn new_token(named: bool) -> String {
+    let random = rand::random::<u128>();
+    if named {
+        format!("{random:032x}{}", holder::token_suffix())
+    } else {
+        format!("{random:032x}")
+    }
+}
+
+/// The PID of the process holding `lease`, when its token names one.
+pub fn holder_pid(lease: &Lease) -> Option<u32> {
+    holder::pid(&lease.token)
+}
+
+/// The part of a token that names its process, which others may see (empty if none).
+pub(crate) fn holder_part(token: &str) -> &str {
+    holder::public_part(token)
+}
+
+/// Whether `part` is what [`holder_part`] answers for a token that names a process: the
+/// stores break a lease by the end of its token only when that end is one.
+pub(crate) fn is_holder_part(part: &str) -> bool {
+    holder::is_public_part(part)
 }
 
 /// Renews every `ttl / 3` until aborted or the lease is lost; then marks it `lost` and sets

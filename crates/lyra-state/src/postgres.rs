@@ -1201,6 +1201,26 @@ impl Leases for PostgresStore {
             .await?;
         Ok(row.map(Lease::from))
     }
+
+    async fn break_lease_held_by(&self, deployment: &str, holder: &str) -> Result<Option<Lease>, StoreError> {
+        if !crate::lease::is_holder_part(holder) {
+            return Ok(None);
+        }
+        let row = self
+            .retry(|_| async {
+                let row: Option<LeaseRow> = sqlx::query_as(concat!(
+                    "DELETE FROM leases WHERE deployment = $1 AND right(token, length($2)) = $2 RETURNING ",
+                    lease_columns!()
+                ))
+                .bind(deployment)
+                .bind(holder)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row)
+            })
+            .await?;
+        Ok(row.map(Lease::from))
+    }
 }
 
 #[cfg(test)]

@@ -388,11 +388,13 @@ pub(crate) struct LeaseRow {
 }
 
 impl LeaseRow {
-    /// The lease as shown to anyone but its holder: without the token, which only the holder
-    /// may know (it could otherwise release or renew a lease that is not its own).
+    /// The lease as shown to anyone but its holder: without the token's random part, which
+    /// only the holder may know (it could otherwise release or renew a lease that is not its
+    /// own). What is left names the holding process (see [`crate::lease`]), if anything.
     pub fn public(self) -> Lease {
+        let holder = crate::lease::holder_part(&self.token).to_owned();
         Lease {
-            token: String::new(),
+            token: holder,
             ..Lease::from(self)
         }
     }

@@ -727,10 +727,25 @@ impl Leases for SqliteStore {
     async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
         let op = Op::BreakLease {
             deployment: deployment.to_owned(),
+            held_by: None,
         };
         match self.writer.submit(op).await? {
             Done::Lease(lease) => Ok(lease.map(Lease::from)),
             other => unreachable!("break_lease answered {other:?}"),
+        }
+    }
+
+    async fn break_lease_held_by(&self, deployment: &str, holder: &str) -> Result<Option<Lease>, StoreError> {
+        if !crate::lease::is_holder_part(holder) {
+            return Ok(None);
+        }
+        let op = Op::BreakLease {
+            deployment: deployment.to_owned(),
+            held_by: Some(holder.to_owned()),
+        };
+        match self.writer.submit(op).await? {
+            Done::Lease(lease) => Ok(lease.map(Lease::from)),
+            other => unreachable!("break_lease_held_by answered {other:?}"),
         }
     }
 }

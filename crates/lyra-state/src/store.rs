@@ -59,7 +59,9 @@ pub struct Lease {
     /// When it lapses unless renewed.
     pub expires: i64,
     /// A random value only the holder knows: renewing or releasing needs it, so a holder whose
-    /// lease was broken and re-taken cannot release its successor's.
+    /// lease was broken and re-taken cannot release its successor's. Tokens made by
+    /// [`crate::lease`] also name the holding process, so that one on the same machine can
+    /// tell when the holder has ended. Stores only compare tokens.
     pub token: String,
 }
 
@@ -160,6 +162,11 @@ pub trait Leases: Send + Sync {
 
     /// Removes the deployment's lease whoever holds it (expired or not) and returns it.
     async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError>;
+
+    /// Removes the deployment's lease only while `holder` holds it, and returns it. `holder`
+    /// is the process part of a token (from its `~`), as others see it in
+    /// [`LeaseGrant::Held`]; anything else breaks nothing.
+    async fn break_lease_held_by(&self, deployment: &str, holder: &str) -> Result<Option<Lease>, StoreError>;
 }
 
 /// The writes of [`Recorder`], each made only while `fence` is the deployment's current lease:

@@ -37,6 +37,7 @@ macro_rules! for_each_check {
             lease_lifecycle;
             lease_expires;
             break_lease_returns_holder;
+            break_lease_held_by_its_process_only;
             leases_are_per_deployment;
             stale_lease_writes_are_refused;
             stale_and_current_writes_at_once;

@@ -63,20 +63,9 @@ fn sigkill_mid_apply_loses_nothing() {
     // The state file exists before the poller and the apply open it at once (see
     // sharing::concurrent_first_use_of_a_state_file).
     lyra.init_state();
-    // A short lease, so the resumed apply need not wait long for the dead one's to lapse.
-    let child = lyra.spawn(
-        "apply",
-        &[
-            "apply",
-            "crash",
-            "--concurrency",
-            "20",
-            "--lease-ttl",
-            "1s",
-            "-o",
-            "json",
-        ],
-    );
+    // The default lease (30 s): the resumed apply does not wait for it, as the killed run
+    // has ended on this machine.
+    let child = lyra.spawn("apply", &["apply", "crash", "--concurrency", "20", "-o", "json"]);
     let at_kill = kill_mid_run(&lyra, child, "crash", 20, N);
     // The killed run is in the history, unfinished.
     let history = lyra.history("crash");
@@ -86,7 +75,7 @@ fn sigkill_mid_apply_loses_nothing() {
         "a killed run has no outcome: {history:?}"
     );
 
-    let resumed = lyra.ok_json(&["apply", "crash", "--concurrency", "20", "--lock-timeout", "30s"]);
+    let resumed = lyra.ok_json(&["apply", "crash", "--concurrency", "20"]);
     assert_eq!(resumed["outcome"], "succeeded", "{resumed:#}");
     assert_eq!(
         count(&resumed, "unchanged") as usize,

@@ -1,7 +1,8 @@
 //! Leases: one writer per deployment at a time, across processes, on SQLite and on Postgres.
 //! A second writer is refused at once (exit 3, naming the holder) or waits with
-//! `--lock-timeout`; a crashed holder's lease expires or is broken with `state unlock --force`;
-//! `plan` never needs the lease.
+//! `--lock-timeout`; a holder that ended on this machine (`kill -9`) has its lease taken over
+//! at once; a stuck one's lease expires or is broken with `state unlock --force`; `plan` never
+//! needs the lease.
 
 use std::process::Child;
 
@@ -169,20 +170,64 @@ fn an_invalid_workflow_is_reported_first_and_leaves_no_lease() {
     assert!(lyra.state("held")["lease"].is_null());
 }
 
-/// Kills a run holding the lease; returns once it is dead.
-fn kill_holder(lyra: &Lyra, args: &[&str]) {
-    let mut child = lyra.spawn("holder", args);
+/// Sends `signal` (`STOP`, `KILL`) to a process.
+fn signal(child: &Child, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{signal}");
+}
+
+/// A run holding the lease, stopped (`kill -STOP`): alive, but it neither runs nor renews, as
+/// a holder hung on its disk or paused by a debugger. Kill it with [`kill_stuck`].
+fn stuck_holder(lyra: &Lyra, args: &[&str]) -> Child {
+    let child = lyra.spawn("holder", args);
     wait_for_lease(lyra, "slow");
-    child.kill().expect("kill");
+    signal(&child, "STOP");
+    child
+}
+
+fn kill_stuck(mut child: Child) {
+    signal(&child, "KILL");
     child.wait().expect("wait");
 }
 
+/// A holder killed on this machine (`kill -9`, the OOM killer) is seen to have ended: the next
+/// run takes its lease over at once, says so, and finishes the job.
 #[test]
-fn a_crashed_holders_lease_is_broken_with_unlock_force() {
+fn a_killed_holders_lease_is_taken_over_at_once() {
     let lyra = Lyra::new();
     slow(&lyra);
     lyra.init_state();
-    kill_holder(&lyra, &["apply", "slow", "--concurrency", "1"]);
+    let mut holder = lyra.spawn("holder", &["apply", "slow", "--concurrency", "1", "--lease-ttl", "10m"]);
+    wait_for_lease(&lyra, "slow");
+    let shown = lyra.ok(&["state", "unlock", "slow"]);
+    let pid = format!("pid {}", holder.id());
+    assert!(shown.stdout.contains(&pid), "the holder's pid is shown: {shown}");
+    let shown = lyra.ok_json(&["state", "unlock", "slow"]);
+    assert_eq!(shown["lease"]["pid"], holder.id(), "{shown:#}");
+    holder.kill().expect("kill");
+    holder.wait().expect("wait");
+
+    let took = lyra.run(&["apply", "slow", "-o", "json"]);
+    took.expect_code(0).expect_stderr(&[
+        "took over the lease on 'slow'",
+        "ended on this machine without releasing it",
+        pid.as_str(),
+    ]);
+    let report = took.json();
+    assert_eq!(report["outcome"], "succeeded", "{report:#}");
+    assert_eq!(count(&report, "created") + count(&report, "unchanged"), 12);
+    assert!(lyra.state("slow")["lease"].is_null());
+}
+
+#[test]
+fn a_stuck_holders_lease_is_broken_with_unlock_force() {
+    let lyra = Lyra::new();
+    slow(&lyra);
+    lyra.init_state();
+    let holder = stuck_holder(&lyra, &["apply", "slow", "--concurrency", "1"]);
 
     lyra.run(&["apply", "slow"])
         .expect_code(3)
@@ -213,18 +258,20 @@ fn a_crashed_holders_lease_is_broken_with_unlock_force() {
     let report = lyra.ok_json(&["apply", "slow"]);
     assert_eq!(report["outcome"], "succeeded");
     assert_eq!(count(&report, "created") + count(&report, "unchanged"), 12);
+    kill_stuck(holder);
 }
 
 #[test]
-fn a_crashed_holders_lease_expires() {
+fn a_stuck_holders_lease_expires() {
     let lyra = Lyra::new();
     slow(&lyra);
     lyra.init_state();
-    kill_holder(&lyra, &["apply", "slow", "--concurrency", "1", "--lease-ttl", "1s"]);
+    let holder = stuck_holder(&lyra, &["apply", "slow", "--concurrency", "1", "--lease-ttl", "1s"]);
     // Refused while the lease lasts, admitted after it lapses: waiting covers both.
     let report = lyra.ok_json(&["apply", "slow", "--lock-timeout", "20s"]);
     assert_eq!(report["outcome"], "succeeded");
     assert!(lyra.state("slow")["lease"].is_null());
+    kill_stuck(holder);
 }
 
 #[test]

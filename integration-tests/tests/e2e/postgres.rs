@@ -157,7 +157,8 @@ fn random_kills_during_applies_never_duplicate() {
             }
             pending_left += pending;
         }
-        // The dead holder's lease stays until broken (or until it expires).
+        // The dead holder's lease stays until broken, taken over by the next run on this
+        // machine, or expired; breaking it is what an operator elsewhere would do.
         let unlock = lyra.run(&["state", "unlock", &deployment, "--force"]);
         assert!(
             unlock.code == Some(0) || unlock.stderr.contains("no deployment"),

@@ -253,7 +253,8 @@ fn a_crash_between_create_and_record_is_reported_and_leaves_no_provider_behind()
 
     // The resource was made but not recorded: the next run says so instead of making another.
     lyra.write_workflow("files", &files_workflow(&lyra, "a.txt", "fine"));
-    // The killed run's lease outlives it (30 s): wait it out.
+    // The killed run's lease is taken over (it ended on this machine); the timeout is only
+    // a margin.
     let next = lyra.run(&["apply", "files", "--lock-timeout", "90s"]);
     next.expect_code(1)
         .expect_stderr(&["'file' was possibly created, unrecorded", "TfLyratest::File"]);

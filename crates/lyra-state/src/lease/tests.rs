@@ -19,6 +19,7 @@ async fn store() -> (TempDir, Arc<dyn Store>) {
 fn options(owner: &str, ttl_ms: u64) -> LeaseOptions {
     LeaseOptions {
         ttl: Duration::from_millis(ttl_ms),
+        name_holder: true,
         ..LeaseOptions::new(owner, "apply")
     }
 }
@@ -34,7 +35,9 @@ async fn refused_at_once_naming_the_holder() {
         .await
         .expect("first takes it");
     assert_eq!(held.lease().owner, "alice@laptop");
-    assert_eq!(held.lease().token.len(), 32);
+    let (random, _process) = held.lease().token.split_once('~').unwrap_or((&held.lease().token, ""));
+    assert_eq!(random.len(), 32);
+    assert!(held.took_over().is_none());
 
     let err = acquire(store.clone(), "web", &LeaseOptions::new("bob@host", "delete"), flag())
         .await
@@ -262,4 +265,60 @@ async fn a_cancel_ends_the_wait_for_a_lease() {
     .await
     .expect_err("cancelled");
     assert!(matches!(err, LeaseError::Cancelled(ref d) if d == "web"), "{err:?}");
+}
+
+/// A lease taken under `token` (as another process would have), left to expire in a minute.
+async fn held_by(store: &Arc<dyn Store>, token: &str) {
+    let request = crate::conformance::lease_request("web", "alice@laptop", token, 60_000);
+    crate::conformance::acquired(store.as_ref(), &request).await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_lease_of_a_process_that_ended_is_taken_over_and_a_live_ones_is_not() {
+    let (_dir, store) = store().await;
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn sleep");
+    let token = super::holder::token_naming(child.id());
+    held_by(&store, &token).await;
+
+    let err = acquire(store.clone(), "web", &options("bob@host", 30_000), flag())
+        .await
+        .expect_err("its holder is alive");
+    let shown = token
+        .split_once('~')
+        .map(|(_, p)| format!("~{p}"))
+        .expect("names a process");
+    assert!(matches!(err, LeaseError::Held(ref h) if h.token == shown), "{err:?}");
+
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    let held = acquire(store.clone(), "web", &options("bob@host", 30_000), flag())
+        .await
+        .expect("its holder ended");
+    assert_eq!(held.lease().owner, "bob@host");
+    assert_ne!(held.lease().token, token, "held under its own token");
+    let from = held.took_over().expect("says whose lease it took");
+    assert_eq!(
+        (from.owner.as_str(), from.token.as_str()),
+        ("alice@laptop", shown.as_str())
+    );
+    assert_eq!(super::holder_pid(from), Some(child.id()));
+    assert_eq!(held.release().await.expect("release"), Released::Kept);
+}
+
+#[tokio::test]
+async fn leases_whose_tokens_name_no_process_wait_for_their_ttl() {
+    let (_dir, store) = store().await;
+    // As older versions made them, or from another machine.
+    for (token, shown) in [("0123456789abcdef0123456789abcdef", ""), ("r~ff.1.2.3", "~ff.1.2.3")] {
+        held_by(&store, token).await;
+        let err = acquire(store.clone(), "web", &options("bob@host", 30_000), flag())
+            .await
+            .expect_err("cannot tell whether its holder ended");
+        assert!(matches!(err, LeaseError::Held(ref h) if h.token == shown), "{err:?}");
+        store.break_lease("web").await.expect("break");
+    }
 }

@@ -104,6 +104,8 @@ pub(crate) enum Op {
     },
     BreakLease {
         deployment: String,
+        /// Only while this process holds it (the end of its token).
+        held_by: Option<String>,
     },
     Import(Box<ImportRows>),
     Drop {
@@ -982,11 +984,29 @@ fn apply(conn: &Connection, op: &Op, fence: Option<&Fence>) -> Result<Result<Don
                 .execute(params![deployment, token])?;
             Ok(Ok(Done::Existed(released > 0)))
         }
-        Op::BreakLease { deployment } => {
+        Op::BreakLease {
+            deployment,
+            held_by: None,
+        } => {
             let broken = fetch_lease(
                 conn,
                 concat!("DELETE FROM leases WHERE deployment = ?1 RETURNING ", lease_columns!()),
                 params![deployment],
+            )?;
+            Ok(Ok(Done::Lease(broken)))
+        }
+        Op::BreakLease {
+            deployment,
+            held_by: Some(holder),
+        } => {
+            // A negative start counts from the end: the token's last `length(holder)` characters.
+            let broken = fetch_lease(
+                conn,
+                concat!(
+                    "DELETE FROM leases WHERE deployment = ?1 AND substr(token, -length(?2)) = ?2 RETURNING ",
+                    lease_columns!()
+                ),
+                params![deployment, holder],
             )?;
             Ok(Ok(Done::Lease(broken)))
         }
