@@ -8,7 +8,9 @@
 //! namespace, the PID and the process's start time. A process is only judged by one that sees
 //! it: the same boot and the same PID namespace; any other (another machine, another
 //! container, a reboot since) cannot tell, and waits for the time to live as before. The start
-//! time tells a reused PID from the holder.
+//! time tells a reused PID from the holder. A holder is never judged ended on what cannot be
+//! read: a process hidden from this user (`/proc` mounted with `hidepid`) still answers a
+//! signal 0.
 
 use std::sync::OnceLock;
 
@@ -113,8 +115,20 @@ pub(super) fn has_ended(token: &str) -> bool {
             Some((state, start)) => start != holder.start || matches!(state, 'Z' | 'X'),
             None => false,
         },
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        // `/proc` mounted with `hidepid` hides other users' processes: only the kernel can
+        // say that there is none of that PID.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => no_such_process(holder.pid),
+        Err(_) => false,
     }
+}
+
+/// Whether no process has this PID (a signal 0 to it finds none; one that may not be
+/// signalled exists).
+fn no_such_process(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+        return false;
+    };
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
 /// The end of `token` that names its process, from the mark on (empty if none).
@@ -172,6 +186,19 @@ mod tests {
             assert_eq!(Process::parse(bad), None, "{bad}");
             assert!(!has_ended(bad), "{bad}");
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_the_kernel_says_that_no_process_has_a_pid() {
+        assert!(!no_such_process(std::process::id()));
+        // PID 1 exists in every namespace, whoever may signal it.
+        assert!(!no_such_process(1));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait");
+        assert!(no_such_process(pid) || std::fs::metadata(format!("/proc/{pid}")).is_ok());
+        assert!(!no_such_process(0) && !no_such_process(u32::MAX));
     }
 
     #[test]
