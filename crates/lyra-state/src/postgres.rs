@@ -1187,33 +1187,29 @@ impl Leases for PostgresStore {
     }
 
     async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
-        let row = self
-            .retry(|_| async {
-                let row: Option<LeaseRow> = sqlx::query_as(concat!(
-                    "DELETE FROM leases WHERE deployment = $1 RETURNING ",
-                    lease_columns!()
-                ))
-                .bind(deployment)
-                .fetch_optional(&self.pool)
-                .await?;
-                Ok(row)
-            })
-            .await?;
-        Ok(row.map(Lease::from))
+        self.delete_lease(deployment, None).await
     }
 
     async fn break_lease_held_by(&self, deployment: &str, holder: &str) -> Result<Option<Lease>, StoreError> {
         if !crate::lease::is_holder_part(holder) {
             return Ok(None);
         }
+        self.delete_lease(deployment, Some(holder)).await
+    }
+}
+
+impl PostgresStore {
+    /// Deletes the deployment's lease, if `held_by` is given only while its token ends so.
+    async fn delete_lease(&self, deployment: &str, held_by: Option<&str>) -> Result<Option<Lease>, StoreError> {
         let row = self
             .retry(|_| async {
                 let row: Option<LeaseRow> = sqlx::query_as(concat!(
-                    "DELETE FROM leases WHERE deployment = $1 AND right(token, length($2)) = $2 RETURNING ",
+                    "DELETE FROM leases WHERE deployment = $1 \
+                     AND ($2::text IS NULL OR right(token, length($2)) = $2) RETURNING ",
                     lease_columns!()
                 ))
                 .bind(deployment)
-                .bind(holder)
+                .bind(held_by)
                 .fetch_optional(&self.pool)
                 .await?;
                 Ok(row)

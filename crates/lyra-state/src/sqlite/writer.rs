@@ -984,29 +984,16 @@ fn apply(conn: &Connection, op: &Op, fence: Option<&Fence>) -> Result<Result<Don
                 .execute(params![deployment, token])?;
             Ok(Ok(Done::Existed(released > 0)))
         }
-        Op::BreakLease {
-            deployment,
-            held_by: None,
-        } => {
-            let broken = fetch_lease(
-                conn,
-                concat!("DELETE FROM leases WHERE deployment = ?1 RETURNING ", lease_columns!()),
-                params![deployment],
-            )?;
-            Ok(Ok(Done::Lease(broken)))
-        }
-        Op::BreakLease {
-            deployment,
-            held_by: Some(holder),
-        } => {
-            // A negative start counts from the end: the token's last `length(holder)` characters.
+        Op::BreakLease { deployment, held_by } => {
+            // A negative start counts from the end: the token's last `length(?2)` characters.
             let broken = fetch_lease(
                 conn,
                 concat!(
-                    "DELETE FROM leases WHERE deployment = ?1 AND substr(token, -length(?2)) = ?2 RETURNING ",
+                    "DELETE FROM leases WHERE deployment = ?1 \
+                     AND (?2 IS NULL OR substr(token, -length(?2)) = ?2) RETURNING ",
                     lease_columns!()
                 ),
-                params![deployment, holder],
+                params![deployment, held_by],
             )?;
             Ok(Ok(Done::Lease(broken)))
         }
