@@ -181,6 +181,20 @@ pub async fn unlock(store: &dyn Store, deployment: &str, actor: &str) -> Result<
     })
 }
 
+/// Notes in `deployment`'s history (when it has one) that `actor` took over the lease of
+/// `ended`, a process that ended holding it, as [`unlock`] notes the leases it breaks.
+pub async fn note_takeover(store: &dyn Store, deployment: &str, actor: &str, ended: &Lease) -> Result<(), StoreError> {
+    // A deployment's first run takes the lease before anything is recorded: no history yet.
+    let Some(last) = store.history(deployment).await?.into_iter().next() else {
+        return Ok(());
+    };
+    let note = format!(
+        "took over the lease of a process that ended on this machine: {}",
+        crate::lease::describe(ended)
+    );
+    record_edit(store, deployment, last.workflow, Operation::Unlock, actor, vec![], note).await
+}
+
 /// A deployment's export, whole: refused when some of its records cannot be read (the copy
 /// would lack them).
 pub async fn export_whole(store: &dyn Store, deployment: &str) -> Result<DeploymentExport, AdminError> {

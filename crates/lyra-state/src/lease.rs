@@ -463,6 +463,7 @@ async fn acquire_waiting(
                     "took over the lease of {}, a process on this machine that has ended",
                     describe(&holder)
                 );
+                crate::admin::note_takeover(store.as_ref(), deployment, &options.owner, &holder).await?;
                 took_over = Some(holder);
             }
             LeaseGrant::Held(holder) => {

@@ -104,9 +104,17 @@ fn sigkill_mid_apply_loses_nothing() {
     let third = lyra.ok_json(&["apply", "crash", "--concurrency", "20"]);
     assert_eq!(count(&third, "unchanged") as usize, N, "{third:#}");
     assert_eq!(count(&third, "created"), 0, "{third:#}");
+    // The killed run, the takeover of its lease, the resumed run, this one.
     let history = lyra.history("crash");
-    assert_eq!(history.len(), 3);
+    assert_eq!(history.len(), 4, "{history:#?}");
     assert_eq!(history[0]["outcome"], "succeeded");
+    assert_eq!(history[2]["operation"], "unlock", "{history:#?}");
+    assert!(
+        history[2]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("took over the lease of a process that ended")),
+        "{history:#?}"
+    );
 }
 
 /// As above with thousands of independent steps: their records are written in crowds, which

@@ -5,8 +5,9 @@
 //! needs the lease.
 
 use std::process::Child;
+use std::time::Duration;
 
-use integration_tests::{Lyra, count, pg_or_skip, sleeps_workflow, wait_for_lease};
+use integration_tests::{Lyra, count, pg_or_skip, sleeps_workflow, wait_for_lease, wait_until};
 
 /// 12 sleeps of 300ms, 4 at a time: about a second of holding the lease.
 fn slow(lyra: &Lyra) {
@@ -202,6 +203,12 @@ fn a_killed_holders_lease_is_taken_over_at_once() {
     lyra.init_state();
     let mut holder = lyra.spawn("holder", &["apply", "slow", "--concurrency", "1", "--lease-ttl", "10m"]);
     wait_for_lease(&lyra, "slow");
+    // Its run is recorded (the lease is taken before that, while the workflow is read).
+    let begun = wait_until(Duration::from_secs(30), || {
+        let run = lyra.run(&["history", "slow", "-o", "json"]);
+        run.code == Some(0) && run.json().as_array().is_some_and(|h| !h.is_empty())
+    });
+    assert!(begun, "the holder's run was never recorded");
     let shown = lyra.ok(&["state", "unlock", "slow"]);
     let pid = format!("pid {}", holder.id());
     assert!(shown.stdout.contains(&pid), "the holder's pid is shown: {shown}");
@@ -220,6 +227,17 @@ fn a_killed_holders_lease_is_taken_over_at_once() {
     assert_eq!(report["outcome"], "succeeded", "{report:#}");
     assert_eq!(count(&report, "created") + count(&report, "unchanged"), 12);
     assert!(lyra.state("slow")["lease"].is_null());
+    // Newest first: this run, the takeover, the killed run.
+    let history = lyra.history("slow");
+    assert_eq!(
+        history.iter().map(|r| r["operation"].as_str()).collect::<Vec<_>>(),
+        [Some("apply"), Some("unlock"), Some("apply")],
+        "{history:#?}"
+    );
+    assert!(
+        history[1]["note"].as_str().is_some_and(|n| n.contains(&pid)),
+        "{history:#?}"
+    );
 }
 
 #[test]
