@@ -181,17 +181,23 @@ fn signal(child: &Child, signal: &str) {
 }
 
 /// A run holding the lease, stopped (`kill -STOP`): alive, but it neither runs nor renews, as
-/// a holder hung on its disk or paused by a debugger. Kill it with [`kill_stuck`].
-fn stuck_holder(lyra: &Lyra, args: &[&str]) -> Child {
-    let child = lyra.spawn("holder", args);
-    wait_for_lease(lyra, "slow");
-    signal(&child, "STOP");
-    child
+/// a holder hung on its disk or paused by a debugger. Killed when dropped, even by a failing
+/// test.
+struct Stuck(Child);
+
+impl Drop for Stuck {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped process too. No assertion: this may run while a test fails.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
-fn kill_stuck(mut child: Child) {
-    signal(&child, "KILL");
-    child.wait().expect("wait");
+fn stuck_holder(lyra: &Lyra, args: &[&str]) -> Stuck {
+    let child = Stuck(lyra.spawn("holder", args));
+    wait_for_lease(lyra, "slow");
+    signal(&child.0, "STOP");
+    child
 }
 
 /// A holder killed on this machine (`kill -9`, the OOM killer) is seen to have ended: the next
@@ -245,7 +251,7 @@ fn a_stuck_holders_lease_is_broken_with_unlock_force() {
     let lyra = Lyra::new();
     slow(&lyra);
     lyra.init_state();
-    let holder = stuck_holder(&lyra, &["apply", "slow", "--concurrency", "1"]);
+    let _holder = stuck_holder(&lyra, &["apply", "slow", "--concurrency", "1"]);
 
     lyra.run(&["apply", "slow"])
         .expect_code(3)
@@ -276,7 +282,6 @@ fn a_stuck_holders_lease_is_broken_with_unlock_force() {
     let report = lyra.ok_json(&["apply", "slow"]);
     assert_eq!(report["outcome"], "succeeded");
     assert_eq!(count(&report, "created") + count(&report, "unchanged"), 12);
-    kill_stuck(holder);
 }
 
 #[test]
@@ -284,12 +289,11 @@ fn a_stuck_holders_lease_expires() {
     let lyra = Lyra::new();
     slow(&lyra);
     lyra.init_state();
-    let holder = stuck_holder(&lyra, &["apply", "slow", "--concurrency", "1", "--lease-ttl", "1s"]);
+    let _holder = stuck_holder(&lyra, &["apply", "slow", "--concurrency", "1", "--lease-ttl", "1s"]);
     // Refused while the lease lasts, admitted after it lapses: waiting covers both.
     let report = lyra.ok_json(&["apply", "slow", "--lock-timeout", "20s"]);
     assert_eq!(report["outcome"], "succeeded");
     assert!(lyra.state("slow")["lease"].is_null());
-    kill_stuck(holder);
 }
 
 #[test]
