@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 
 use crate::{Fence, Lease, LeaseGrant, LeaseRequest, Store};
 
-mod holder;
+pub(crate) mod holder;
 
 /// The default time to live: how long a crashed holder blocks others.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -518,17 +518,6 @@ fn new_token(named: bool) -> String {
 /// The PID of the process holding `lease`, when its token names one.
 pub fn holder_pid(lease: &Lease) -> Option<u32> {
     holder::pid(&lease.token)
-}
-
-/// The part of a token that names its process, which others may see (empty if none).
-pub(crate) fn holder_part(token: &str) -> &str {
-    holder::public_part(token)
-}
-
-/// Whether `part` is what [`holder_part`] answers for a token that names a process: the
-/// stores break a lease by the end of its token only when that end is one.
-pub(crate) fn is_holder_part(part: &str) -> bool {
-    holder::is_public_part(part)
 }
 
 /// Renews every `ttl / 3` until aborted or the lease is lost; then marks it `lost` and sets

@@ -1191,7 +1191,7 @@ impl Leases for PostgresStore {
     }
 
     async fn break_lease_held_by(&self, deployment: &str, holder: &str) -> Result<Option<Lease>, StoreError> {
-        if !crate::lease::is_holder_part(holder) {
+        if !crate::lease::holder::is_public_part(holder) {
             return Ok(None);
         }
         self.delete_lease(deployment, Some(holder)).await

@@ -392,7 +392,7 @@ impl LeaseRow {
     /// only the holder may know (it could otherwise release or renew a lease that is not its
     /// own). What is left names the holding process (see [`crate::lease`]), if anything.
     pub fn public(self) -> Lease {
-        let holder = crate::lease::holder_part(&self.token).to_owned();
+        let holder = crate::lease::holder::public_part(&self.token).to_owned();
         Lease {
             token: holder,
             ..Lease::from(self)

@@ -736,7 +736,7 @@ impl Leases for SqliteStore {
     }
 
     async fn break_lease_held_by(&self, deployment: &str, holder: &str) -> Result<Option<Lease>, StoreError> {
-        if !crate::lease::is_holder_part(holder) {
+        if !crate::lease::holder::is_public_part(holder) {
             return Ok(None);
         }
         let op = Op::BreakLease {

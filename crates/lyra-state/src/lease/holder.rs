@@ -131,14 +131,16 @@ fn no_such_process(pid: u32) -> bool {
     rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
-/// The end of `token` that names its process, from the mark on (empty if none).
-pub(super) fn public_part(token: &str) -> &str {
+/// The end of `token` that names its process, from the mark on (empty if none): what others
+/// may see of a token.
+pub(crate) fn public_part(token: &str) -> &str {
     token.find(MARK).map_or("", |at| &token[at..])
 }
 
-/// Whether `part` is a whole [`public_part`]: the mark, then no other.
-pub(super) fn is_public_part(part: &str) -> bool {
-    part.len() > MARK.len() && part.starts_with(MARK) && !part[MARK.len()..].contains(MARK)
+/// Whether `part` is a whole [`public_part`] naming a process: the stores break a lease by
+/// the end of its token only when that end is one.
+pub(crate) fn is_public_part(part: &str) -> bool {
+    part.starts_with(MARK) && Process::parse(part).is_some()
 }
 
 /// The holder's PID, when its token names one: for messages.
