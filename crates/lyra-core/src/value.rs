@@ -8,6 +8,21 @@ pub use serde_json::{Map as JsonMap, Value};
 /// An attribute map: a resource's desired or actual state.
 pub type Map = JsonMap<String, Value>;
 
+/// Most entries a map has for [`attr`] to find a key by comparing it with each.
+const SCANNED: usize = 8;
+
+/// `map[key]`: what `Map::get` finds, found in a small map by comparing keys rather than
+/// hashing. A resource's desired and actual states hold a few attributes each, and hashing
+/// every name looked up in them (the map's hasher is SipHash) cost a tenth of planning
+/// 10,000 unchanged steps.
+pub fn attr<'m>(map: &'m Map, key: &str) -> Option<&'m Value> {
+    if map.len() <= SCANNED {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
 /// How deeply any value, YAML document or type/guard expression may nest (lists and maps
 /// within each other). One limit from parsing to storage: it is enforced when workflows, data
 /// files and `--var`s are parsed, when the engine builds a value or receives one from a
@@ -167,6 +182,20 @@ pub fn canonical_json(v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Small maps are scanned, larger ones hashed: either way what `get` finds.
+    #[test]
+    fn attr_finds_what_get_finds() {
+        for n in [0, 1, 2, SCANNED, SCANNED + 1, 40] {
+            let map: Map = (0..n).map(|i| (format!("k{i}"), json!(i))).collect();
+            for key in (0..=n)
+                .map(|i| format!("k{i}"))
+                .chain(["".to_owned(), "k".to_owned(), "K0".to_owned()])
+            {
+                assert_eq!(attr(&map, &key), map.get(&key), "{n} entries, key {key:?}");
+            }
+        }
+    }
 
     #[test]
     fn dig_follows_maps_and_arrays() {

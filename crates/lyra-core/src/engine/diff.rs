@@ -2,7 +2,7 @@
 
 use crate::report::{Action, AttrChange};
 use crate::schema::{AttributeSchema, ResourceSchema};
-use crate::value::{Map, Value};
+use crate::value::{self, Map, Value};
 
 /// The action a resource needs and its attribute changes: created when there is no current
 /// resource (`actual`: its actual state), replaced when a changed attribute is
@@ -101,7 +101,8 @@ fn same(a: &Value, b: &Value) -> bool {
         (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b)),
         (Value::Object(x), Value::Object(y)) => {
-            x.iter().all(|(k, v)| same(v, y.get(k).unwrap_or(&Value::Null)))
+            x.iter()
+                .all(|(k, v)| same(v, value::attr(y, k).unwrap_or(&Value::Null)))
                 && y.iter().all(|(k, v)| x.contains_key(k) || v.is_null())
         }
         _ => a == b,
@@ -118,7 +119,7 @@ fn diff(schema: &ResourceSchema, desired: &Map, unknown: &[String], actual: &Map
         if attr.is_some_and(|a| a.provided) && want.is_null() {
             continue;
         }
-        let have = actual.get(name).unwrap_or(&Value::Null);
+        let have = value::attr(actual, name).unwrap_or(&Value::Null);
         if !same(want, have) {
             let sensitive = attr.is_some_and(AttributeSchema::is_secret);
             let forces_replace = attr.is_some_and(|a| a.immutable);

@@ -20,7 +20,7 @@ use crate::provider::{Lookup, OpContext, Provider, ProviderError, idempotency_ke
 use crate::report::{Action, AttrChange, Mode, Status, StepReport};
 use crate::schema::ResourceSchema;
 use crate::state::{ResourceRecord, StoreError};
-use crate::value::{Map, Value, too_deep};
+use crate::value::{self, Map, Value, attr, too_deep};
 
 /// A resource's desired state, as far as it is known.
 struct Desired {
@@ -612,7 +612,7 @@ impl Run<'_, '_> {
         for k in &out {
             let marked = t.schema.is_secret(k);
             for m in [desired, actual] {
-                if let Some(v) = m.get(k) {
+                if let Some(v) = attr(m, k) {
                     if marked {
                         secrets.add(v);
                     } else {
@@ -623,7 +623,7 @@ impl Run<'_, '_> {
         }
         let unchanged = |k: &String| {
             t.prior
-                .is_some_and(|p| p.sensitive.contains(k) && p.actual.get(k) == actual.get(k))
+                .is_some_and(|p| p.sensitive.contains(k) && attr(&p.actual, k) == attr(actual, k))
         };
         let echoes: Vec<String> = desired
             .iter()
@@ -633,7 +633,7 @@ impl Run<'_, '_> {
             .collect();
         for k in echoes {
             for m in [desired, actual] {
-                if let Some(v) = m.get(&k) {
+                if let Some(v) = attr(m, &k) {
                     secrets.add_derived(v);
                 }
             }
@@ -685,23 +685,21 @@ impl Run<'_, '_> {
                 if t.desired.unknown.iter().any(|u| u == attr)
                     || (matches!(action, Action::Create | Action::Replace)
                         && provided
-                        && desired.get(attr).is_none_or(Value::is_null))
+                        && value::attr(desired, attr).is_none_or(Value::is_null))
                 {
                     Var::Unknown
                 } else {
                     Var::Known(
-                        desired
-                            .get(attr)
-                            .or_else(|| actual.get(attr))
+                        value::attr(desired, attr)
+                            .or_else(|| value::attr(actual, attr))
                             .cloned()
                             .unwrap_or(Value::Null),
                     )
                 }
             } else {
                 Var::Known(
-                    actual
-                        .get(attr)
-                        .or_else(|| desired.get(attr))
+                    value::attr(actual, attr)
+                        .or_else(|| value::attr(desired, attr))
                         .cloned()
                         .unwrap_or(Value::Null),
                 )
