@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 // The emulator serves from this process: the allocator of its binary and of the controller,
 // so that glibc's malloc does not take the CPU the controller is measured on.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lyra_alloc::MiMalloc = lyra_alloc::MiMalloc;
 
 fn workflow(name: &str, input: &str) -> DynamicObject {
     serde_json::from_value(json!({

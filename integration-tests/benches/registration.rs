@@ -30,7 +30,7 @@ use kube_emulator::KubeEmulator;
 // The emulator serves from this process: the allocator of its binary and of the controller,
 // so that glibc's malloc does not take the CPU the controller is measured on.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lyra_alloc::MiMalloc = lyra_alloc::MiMalloc;
 
 const WORKFLOW: &str = "\
 parameters:

@@ -20,7 +20,7 @@ use serde_json::json;
 
 // The server's allocator, as in its binary (main.rs).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lyra_alloc::MiMalloc = lyra_alloc::MiMalloc;
 
 const OBJECTS: usize = 1000;
 const IN_FLIGHT: usize = 16;

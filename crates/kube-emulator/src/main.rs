@@ -14,7 +14,7 @@ use kube_emulator::{Config, KubeEmulator};
 // Many small, short-lived JSON allocations across worker threads: under a controller's
 // backlog, glibc's malloc took over a third of the server's CPU (ARCHITECTURE.md).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lyra_alloc::MiMalloc = lyra_alloc::MiMalloc;
 
 #[derive(Debug, Parser)]
 #[command(about = "A Kubernetes API server emulator for tests (plain HTTP, no auth)")]

@@ -45,7 +45,7 @@ use crate::exit::{Exit, kind};
 // malloc the allocator was a third of `validate`'s samples at 50,000 steps, and grew faster
 // than the workflow did. The controller runs mimalloc too (ARCHITECTURE.md, `lyra-cli`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lyra_alloc::MiMalloc = lyra_alloc::MiMalloc;
 
 const DEFAULT_STATE: &str = ".lyra/state.db";
 

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 // Many small short-lived allocations across worker threads (JSON, YAML, requests): glibc's
 // malloc spent a fifth of the controller's CPU on them in a backlog (ARCHITECTURE.md).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: lyra_alloc::MiMalloc = lyra_alloc::MiMalloc;
 
 /// Reconciles Lyra `Workflow` objects: applies each one's workflow to the deployment
 /// `k8s/<namespace>/<name>` in the shared state, and tears it down when the object is deleted.
