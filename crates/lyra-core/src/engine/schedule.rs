@@ -2,7 +2,8 @@
 //! their inputs are produced, collections' iterations and calls. Resource steps go to
 //! `resource`, which bounds provider operations with the run's semaphore.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -133,7 +134,7 @@ impl Run<'_, '_> {
         loop {
             let until = self.start_until(running.len());
             while running.len() < until
-                && let Some(i) = front.ready.pop()
+                && let Some(i) = front.next()
             {
                 let step = &steps[i];
                 let id = child_id(prefix, &step.name);
@@ -454,7 +455,8 @@ struct Frontier {
     dependents: Vec<Vec<usize>>,
     /// How many of each child's inputs are not settled yet.
     waiting: Vec<usize>,
-    ready: Vec<usize>,
+    /// The children ready to start, the one written first on top.
+    ready: BinaryHeap<Reverse<usize>>,
     /// Whether each child ended badly (failed or skipped).
     bad: Vec<bool>,
     all_ok: bool,
@@ -469,7 +471,7 @@ impl Frontier {
             }
         }
         let waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
-        let ready = (0..deps.len()).filter(|i| waiting[*i] == 0).collect();
+        let ready = (0..deps.len()).filter(|i| waiting[*i] == 0).map(Reverse).collect();
         Frontier {
             dependents,
             waiting,
@@ -477,6 +479,13 @@ impl Frontier {
             bad: vec![false; deps.len()],
             all_ok: true,
         }
+    }
+
+    /// The ready child written first: steps start in the workflow's order, as far as their
+    /// inputs allow (progress reads top to bottom, and the records a plan reads are visited
+    /// in the order they were loaded).
+    fn next(&mut self) -> Option<usize> {
+        self.ready.pop().map(|Reverse(i)| i)
     }
 
     /// Child `i` ended, well or not: its dependents may be ready.
@@ -488,7 +497,7 @@ impl Frontier {
         for &j in &self.dependents[i] {
             self.waiting[j] -= 1;
             if self.waiting[j] == 0 {
-                self.ready.push(j);
+                self.ready.push(Reverse(j));
             }
         }
     }

@@ -737,6 +737,36 @@ fn a_pending_record_the_provider_cannot_check_is_reported_not_created_again() {
     assert_eq!(f.ids(), ["a"], "the others are deleted, the unknown one is kept");
 }
 
+/// Among the steps ready to start, the one written first starts first: progress reads top to
+/// bottom, whatever the concurrency.
+#[test]
+fn ready_steps_start_in_the_order_they_are_written() {
+    let f = Fixture::new();
+    let yaml = "
+steps:
+  zeta:
+    returns: {zid: id}
+    resource: Test::Thing
+    value: {input: 1}
+  alpha:
+    resource: Test::Thing
+    value: {input: 2}
+  mid:
+    resource: Test::Thing
+    value: {input: $zid}
+  beta:
+    resource: Test::Thing
+    value: {input: 3}
+";
+    let r = f.run(yaml, json!({}), Mode::Apply);
+    assert_eq!(r.outcome, Outcome::Succeeded);
+    let intents: Vec<String> = (f.store.puts.lock().unwrap().iter())
+        .filter(|(_, intent)| *intent)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(intents, ["zeta", "alpha", "mid", "beta"]);
+}
+
 #[test]
 fn only_resources_that_exist_elsewhere_record_an_intent() {
     let f = Fixture::new();
