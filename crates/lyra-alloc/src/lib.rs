@@ -28,26 +28,14 @@ pub struct MiMalloc;
 unsafe impl GlobalAlloc for MiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: plain calls into mimalloc with a size and a power-of-two alignment.
-        unsafe {
-            if layout.align() <= WORD_ALIGNED {
-                mi::mi_malloc(layout.size()).cast()
-            } else {
-                mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: mimalloc's allocating functions, with a size and a power-of-two alignment.
+        unsafe { allocate(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as `alloc`.
-        unsafe {
-            if layout.align() <= WORD_ALIGNED {
-                mi::mi_zalloc(layout.size()).cast()
-            } else {
-                mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { allocate(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -66,6 +54,29 @@ unsafe impl GlobalAlloc for MiMalloc {
             } else {
                 mi::mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
             }
+        }
+    }
+}
+
+/// A block for `layout` from `plain` when every block is aligned enough for it, else from
+/// `aligned`.
+///
+/// # Safety
+///
+/// `plain` and `aligned` allocate as `mi_malloc` and `mi_malloc_aligned` do.
+#[allow(unsafe_code)]
+#[inline(always)]
+unsafe fn allocate(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: the caller's functions allocate, and the alignment is a power of two.
+    unsafe {
+        if layout.align() <= WORD_ALIGNED {
+            plain(layout.size()).cast()
+        } else {
+            aligned(layout.size(), layout.align()).cast()
         }
     }
 }
