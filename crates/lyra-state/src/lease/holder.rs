@@ -59,7 +59,7 @@ fn this() -> Option<&'static Process> {
             boot: boot_id()?,
             pid_ns: pid_namespace()?,
             pid,
-            start: start_time(&std::fs::read_to_string("/proc/self/stat").ok()?)?.1,
+            start: Stat::parse(&std::fs::read_to_string("/proc/self/stat").ok()?)?.start,
         })
     })
     .as_ref()
@@ -79,16 +79,39 @@ fn pid_namespace() -> Option<u64> {
     link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
-/// From a `/proc/<pid>/stat` line: the process's state letter and its start time (clock ticks
-/// after boot). The command name, in parentheses, may hold spaces and parentheses itself:
-/// the fields are counted from the last `)`.
-fn start_time(stat: &str) -> Option<(char, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // `state` is field 3; `starttime` is field 22.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
+/// What `/proc/<pid>/stat` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    /// `R`, `S`, `D`, `Z`...
+    state: char,
+    /// The kernel's flags of its task (`PF_*`).
+    flags: u64,
+    /// Clock ticks after boot.
+    start: u64,
+}
+
+/// `PF_EXITING`: the task is in the kernel's exit path, which no process leaves alive. A
+/// killed process spends a while there before it is a zombie (releasing its memory, closing
+/// its files), the longer the more memory it had.
+const EXITING: u64 = 0x4;
+
+impl Stat {
+    /// From a `/proc/<pid>/stat` line. The command name, in parentheses, may hold spaces and
+    /// parentheses itself: the fields are counted from the last `)`.
+    fn parse(stat: &str) -> Option<Stat> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut fields = rest.split_ascii_whitespace();
+        // `state` is field 3, `flags` field 9 and `starttime` field 22.
+        let state = fields.next()?.chars().next()?;
+        let flags = fields.nth(5)?.parse().ok()?;
+        let start = fields.nth(12)?.parse().ok()?;
+        Some(Stat { state, flags, start })
+    }
+
+    /// Whether the process has ended or is ending: a zombie, or in its exit.
+    fn ending(&self) -> bool {
+        matches!(self.state, 'Z' | 'X') || self.flags & EXITING != 0
+    }
 }
 
 /// A new token's suffix naming this process (empty where it cannot be named).
@@ -97,7 +120,7 @@ pub(super) fn token_suffix() -> String {
 }
 
 /// Whether the holder named in `token` is a process this one can see that has ended: gone, a
-/// zombie, or its PID now another process's. `false` whenever that cannot be told.
+/// zombie, in its exit or killed, or its PID now another process's. `false` whenever that cannot be told.
 pub(super) fn has_ended(token: &str) -> bool {
     let Some(holder) = Process::parse(token) else {
         return false;
@@ -110,16 +133,34 @@ pub(super) fn has_ended(token: &str) -> bool {
         return holder.start != me.start;
     }
     match std::fs::read_to_string(format!("/proc/{}/stat", holder.pid)) {
-        Ok(stat) => match start_time(&stat) {
-            // A zombie has ended; only its parent has not looked yet.
-            Some((state, start)) => start != holder.start || matches!(state, 'Z' | 'X'),
-            None => false,
-        },
+        // A zombie has ended, and only its parent has not looked yet. A process in its exit,
+        // or with a SIGKILL waiting, never runs its own code again (a write it had under way
+        // is fenced off all the same).
+        Ok(stat) => Stat::parse(&stat).is_some_and(|s| s.start != holder.start || s.ending() || killed(holder.pid)),
         // `/proc` mounted with `hidepid` hides other users' processes: only the kernel can
         // say that there is none of that PID.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => no_such_process(holder.pid),
         Err(_) => false,
     }
+}
+
+/// Whether a `SIGKILL` waits for the process (`/proc/<pid>/status`, pending for one of its
+/// threads or for all): sent, it cannot be blocked or caught, and the process runs none of
+/// its own code again. Between `kill -9` and its exit a process may wait a few milliseconds
+/// for a CPU.
+fn killed(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| sigkill_pending(&status))
+}
+
+/// Whether a `/proc/<pid>/status` text has `SIGKILL` (signal 9: bit 8 of the hexadecimal
+/// masks) pending for a thread (`SigPnd`) or the process (`ShdPnd`).
+fn sigkill_pending(status: &str) -> bool {
+    const SIGKILL: u64 = 1 << 8;
+    status.lines().any(|line| {
+        let mask = line.strip_prefix("SigPnd:").or_else(|| line.strip_prefix("ShdPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & SIGKILL != 0)
+    })
 }
 
 /// Whether no process has this PID (a signal 0 to it finds none; one that may not be
@@ -152,7 +193,7 @@ pub(super) fn pid(token: &str) -> Option<u32> {
 #[cfg(test)]
 pub(super) fn token_naming(pid: u32) -> String {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
-    let (_, start) = start_time(&stat).expect("its start time");
+    let start = Stat::parse(&stat).expect("its start time").start;
     let holder = Process {
         pid,
         start,
@@ -216,11 +257,24 @@ mod tests {
 
     #[test]
     fn stat_lines_are_read_past_odd_command_names() {
-        let tail = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21";
-        assert_eq!(start_time(&format!("12 (lyra) {tail}")), Some(('S', 987654)));
-        assert_eq!(start_time(&format!("12 (a) b) (c) {tail}")), Some(('S', 987654)));
-        assert_eq!(start_time("12 (lyra) S 1 2"), None);
-        assert_eq!(start_time("no parenthesis"), None);
+        // Fields 3 (state) to 22 (starttime), flags (9) among them.
+        let tail = "S 1 2 3 4 5 4194560 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21";
+        let sleeping = Stat {
+            state: 'S',
+            flags: 4194560,
+            start: 987654,
+        };
+        assert_eq!(Stat::parse(&format!("12 (lyra) {tail}")), Some(sleeping));
+        assert_eq!(Stat::parse(&format!("12 (a) b) (c) {tail}")), Some(sleeping));
+        assert!(!sleeping.ending());
+        // A killed process in its exit (PF_EXITING with the flags a worker has), and zombies.
+        let exiting = Stat::parse(&format!("12 (lyra) {}", tail.replace("4194560", "4194564"))).expect("a stat line");
+        assert!(exiting.ending());
+        assert!(Stat { state: 'Z', ..sleeping }.ending());
+        assert!(Stat { state: 'X', ..sleeping }.ending());
+        assert_eq!(Stat::parse("12 (lyra) S 1 2"), None);
+        assert_eq!(Stat::parse("12 (lyra) S 1 2 3 4 5 flags 7"), None);
+        assert_eq!(Stat::parse("no parenthesis"), None);
     }
 
     #[cfg(target_os = "linux")]
@@ -241,6 +295,35 @@ mod tests {
             ..me.clone()
         };
         assert!(!has_ended(&format!("r{}", elsewhere.token_suffix())));
+    }
+
+    #[test]
+    fn a_pending_sigkill_is_read_from_either_mask() {
+        let status = |sig: &str, shd: &str| {
+            format!("Name:\tlyra\nState:\tR (running)\nSigPnd:\t{sig}\nShdPnd:\t{shd}\nSigBlk:\t0000000000000100\n")
+        };
+        assert!(!sigkill_pending(&status("0000000000000000", "0000000000000000")));
+        // SIGTERM (bit 14) and SIGSTOP (bit 18) are not it; a blocked mask does not count.
+        assert!(!sigkill_pending(&status("0000000000004000", "0000000000020000")));
+        assert!(sigkill_pending(&status("0000000000000100", "0000000000000000")));
+        assert!(sigkill_pending(&status("0000000000000000", "0000000000004100")));
+        assert!(!sigkill_pending("Name:\tlyra\nSigPnd:\tnot hex\n"));
+        assert!(!sigkill_pending(""));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_running_child_has_not_ended_until_it_is_killed() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        let token = token_naming(child.id());
+        assert!(!has_ended(&token), "sleeping, not exiting");
+        assert!(!killed(child.id()));
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+        assert!(has_ended(&token));
     }
 
     #[cfg(target_os = "linux")]
