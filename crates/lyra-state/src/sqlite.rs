@@ -725,27 +725,27 @@ impl Leases for SqliteStore {
     }
 
     async fn break_lease(&self, deployment: &str) -> Result<Option<Lease>, StoreError> {
-        let op = Op::BreakLease {
-            deployment: deployment.to_owned(),
-            held_by: None,
-        };
-        match self.writer.submit(op).await? {
-            Done::Lease(lease) => Ok(lease.map(Lease::from)),
-            other => unreachable!("break_lease answered {other:?}"),
-        }
+        self.delete_lease(deployment, None).await
     }
 
     async fn break_lease_held_by(&self, deployment: &str, holder: &str) -> Result<Option<Lease>, StoreError> {
         if !crate::lease::holder::is_public_part(holder) {
             return Ok(None);
         }
+        self.delete_lease(deployment, Some(holder)).await
+    }
+}
+
+impl SqliteStore {
+    /// Deletes the deployment's lease, if `held_by` is given only while its token ends so.
+    async fn delete_lease(&self, deployment: &str, held_by: Option<&str>) -> Result<Option<Lease>, StoreError> {
         let op = Op::BreakLease {
             deployment: deployment.to_owned(),
-            held_by: Some(holder.to_owned()),
+            held_by: held_by.map(str::to_owned),
         };
         match self.writer.submit(op).await? {
             Done::Lease(lease) => Ok(lease.map(Lease::from)),
-            other => unreachable!("break_lease_held_by answered {other:?}"),
+            other => unreachable!("breaking a lease answered {other:?}"),
         }
     }
 }
