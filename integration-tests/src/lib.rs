@@ -524,6 +524,11 @@ pub fn steps_with_action(report: &Value, action: &str) -> Vec<String> {
     ids
 }
 
+/// Whether a run of `lyra history -o json` has a note that contains `text`.
+pub fn note_contains(run: &Value, text: &str) -> bool {
+    run["note"].as_str().is_some_and(|n| n.contains(text))
+}
+
 /// A change count of a report (`created`, `updated`, `replaced`, `deleted`, `unchanged`,
 /// `failed`, `skipped`).
 #[track_caller]

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::Duration;
 
-use integration_tests::{Lyra, count, sleeps_workflow, steps, wait_for_lease, wait_until};
+use integration_tests::{Lyra, count, note_contains, sleeps_workflow, steps, wait_for_lease, wait_until};
 
 /// How many resources the state records as made for `deployment` right now (not counting
 /// creates in flight, recorded as pending); `None` while it cannot be read (a concurrent
@@ -110,9 +110,7 @@ fn sigkill_mid_apply_loses_nothing() {
     assert_eq!(history[0]["outcome"], "succeeded");
     assert_eq!(history[2]["operation"], "unlock", "{history:#?}");
     assert!(
-        history[2]["note"]
-            .as_str()
-            .is_some_and(|n| n.contains("took over the lease of a process that ended")),
+        note_contains(&history[2], "took over the lease of a process that ended"),
         "{history:#?}"
     );
 }

@@ -7,7 +7,7 @@
 use std::process::Child;
 use std::time::Duration;
 
-use integration_tests::{Lyra, count, pg_or_skip, sleeps_workflow, wait_for_lease, wait_until};
+use integration_tests::{Lyra, count, note_contains, pg_or_skip, sleeps_workflow, wait_for_lease, wait_until};
 
 /// 12 sleeps of 300ms, 4 at a time: about a second of holding the lease.
 fn slow(lyra: &Lyra) {
@@ -240,10 +240,7 @@ fn a_killed_holders_lease_is_taken_over_at_once() {
         [Some("apply"), Some("unlock"), Some("apply")],
         "{history:#?}"
     );
-    assert!(
-        history[1]["note"].as_str().is_some_and(|n| n.contains(&pid)),
-        "{history:#?}"
-    );
+    assert!(note_contains(&history[1], &pid), "{history:#?}");
 }
 
 #[test]
@@ -273,12 +270,7 @@ fn a_stuck_holders_lease_is_broken_with_unlock_force() {
     assert!(unlocked.stdout.contains("unlocked 'slow'"), "{unlocked}");
     let history = lyra.history("slow");
     assert_eq!(history[0]["operation"], "unlock", "{history:#?}");
-    assert!(
-        history[0]["note"]
-            .as_str()
-            .is_some_and(|n| n.contains("broke the lease")),
-        "{history:#?}"
-    );
+    assert!(note_contains(&history[0], "broke the lease"), "{history:#?}");
     let report = lyra.ok_json(&["apply", "slow"]);
     assert_eq!(report["outcome"], "succeeded");
     assert_eq!(count(&report, "created") + count(&report, "unchanged"), 12);

@@ -1,7 +1,7 @@
 //! `--target STEP`: plan, apply and delete restricted to a step and what it depends on (for a
 //! delete: what depends on it), with a warning that the rest is left as it is.
 
-use integration_tests::{Lyra, steps_with_action};
+use integration_tests::{Lyra, note_contains, steps_with_action};
 
 const VMS: &str = "\
 steps:
@@ -36,10 +36,7 @@ fn plan_and_apply_run_the_target_and_what_it_depends_on() {
     assert_eq!(lyra.resources("vms").keys().collect::<Vec<_>>(), ["db"]);
     assert_eq!(instances(&lyra), 1);
     let history = lyra.history("vms");
-    assert!(
-        history[0]["note"].as_str().is_some_and(|n| n.contains("only db")),
-        "{history:?}"
-    );
+    assert!(note_contains(&history[0], "only db"), "{history:?}");
 
     // A typo is a usage error, not a run of nothing.
     let typo = lyra.run(&["apply", "vms", "--target", "wbe", "-o", "json"]);
