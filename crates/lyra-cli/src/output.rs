@@ -234,9 +234,18 @@ pub fn plan_text(r: &Report) -> String {
 /// A plan, Terraform-style: one block per resource that changes, each step that failed or
 /// was skipped with why, then a summary line. Its marks are coloured; `print` strips the
 /// colours where they do not belong.
+/// Whether a step has nothing to show in a plan: unchanged, read or guarded off, and neither
+/// failed nor skipped.
+fn quiet(s: &StepReport) -> bool {
+    !matches!(s.status, Status::Failed | Status::Skipped)
+        && (matches!(s.action, Action::Noop | Action::Read) || s.status == Status::GuardedOff)
+}
+
 pub fn plan_coloured(r: &Report) -> String {
     let mut out = String::new();
-    let mut steps: Vec<&StepReport> = r.steps.iter().collect();
+    // Sorted once the unchanged are left out (the match below skips them): a no-change plan
+    // of 10,000 steps shows none.
+    let mut steps: Vec<&StepReport> = r.steps.iter().filter(|s| !quiet(s)).collect();
     steps.sort_by(|a, b| a.id.cmp(&b.id));
     for s in steps {
         match (s.action, s.status) {

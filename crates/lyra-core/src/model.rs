@@ -176,6 +176,11 @@ pub struct Return {
     pub span: Span,
     pub ty: Option<Type>,
     pub source: ReturnSource,
+    /// Filled in by validation: whether anything reads this name where it is produced (a
+    /// sibling step, or the enclosing workflow's returns). True until then, and for a step
+    /// outside a workflow's steps (a collection's, a called workflow's root), whose returns
+    /// are taken whole.
+    pub read: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -189,6 +194,12 @@ pub enum ReturnSource {
 }
 
 impl Return {
+    /// Whether a resource step makes this return's value: when something reads it, or it has
+    /// a type to check.
+    pub fn wanted(&self) -> bool {
+        self.read || self.ty.is_some()
+    }
+
     /// The attribute / inner name this return reads, unless it is built from a value.
     pub fn source_name(&self) -> Option<&str> {
         match &self.source {

@@ -86,6 +86,10 @@ impl Secrets {
     /// Remembers the secret attributes of a record: those its provider marks (`schema`), whole,
     /// and those it lists as derived from secrets, when scalars ([`Secrets::add_derived`]).
     pub fn add_record(&mut self, rec: &ResourceRecord, schema: Option<&ResourceSchema>) {
+        // Most records hold none: every record of a run is asked.
+        if rec.sensitive.is_empty() && schema.is_none_or(|s| !s.attributes.iter().any(|a| a.is_secret())) {
+            return;
+        }
         for attr in record_secret_names(rec, schema) {
             if attr == crate::engine::PROVIDER_CONFIG_KEY {
                 // Only the secret settings: the rest (a host, a namespace) would be masked

@@ -643,6 +643,24 @@ impl Cx<'_> {
             d.dedup();
             deps.push(d);
         }
+        // What is read in the scope: the engine makes no value for a return nothing reads.
+        let mut read: HashSet<&str, foldhash::fast::RandomState> = HashSet::default();
+        read.extend(child_inputs.iter().flatten().map(|(n, _)| n.as_str()));
+        for r in returns {
+            match &r.source {
+                ReturnSource::Same => read.insert(&r.name),
+                ReturnSource::Alias(a) => read.insert(a),
+                ReturnSource::Value(e) => {
+                    read.extend(e.refs().into_iter().map(|x| x.name.as_str()));
+                    true
+                }
+            };
+        }
+        for child in steps.iter_mut() {
+            for r in &mut child.returns {
+                r.read = read.contains(r.name.as_str());
+            }
+        }
         for r in returns {
             let names: Vec<(String, Span)> = match &r.source {
                 ReturnSource::Same => vec![(r.name.clone(), r.span)],

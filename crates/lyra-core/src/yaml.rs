@@ -960,6 +960,7 @@ impl FrontEnd {
                         span,
                         ty: None,
                         source: ReturnSource::Same,
+                        read: true,
                     };
                     match v {
                         Node::Scalar(s) if s.as_str().is_empty() => {}
@@ -1000,6 +1001,7 @@ impl FrontEnd {
                     span,
                     ty: None,
                     source: ReturnSource::Same,
+                    read: true,
                 })
                 .collect(),
         }

@@ -41,6 +41,7 @@ use crate::model::{ParamSource, Step, StepKind};
 use crate::program::Program;
 use crate::provider::Providers;
 use crate::report::{Action, Mode, Report, Status, StepReport};
+use crate::schema::ResourceSchema;
 use crate::secret::{Secrets, masked};
 use crate::state::{
     ChangeCounts, ChangeRecord, DeploymentState, Operation, Outcome, Recorder, ResourceRecord, RunEnd, RunId,
@@ -661,8 +662,18 @@ impl<'e, 'a> Run<'e, 'a> {
     fn remember_records<'r>(&self, records: impl Iterator<Item = &'r ResourceRecord>) {
         let schemas = self.engine.providers.schemas();
         let mut secrets = self.secrets.lock().expect("secrets lock");
+        // Neighbours in step-id order are often of one type: its schema is looked up once.
+        let mut last: Option<(&str, Option<&ResourceSchema>)> = None;
         for rec in records {
-            secrets.add_record(rec, schemas.get(&rec.type_name));
+            let schema = match last {
+                Some((name, schema)) if name == rec.type_name => schema,
+                _ => {
+                    let schema = schemas.get(&rec.type_name);
+                    last = Some((&rec.type_name, schema));
+                    schema
+                }
+            };
+            secrets.add_record(rec, schema);
         }
     }
 

@@ -123,11 +123,11 @@ impl Run<'_, '_> {
     /// Runs the children of a workflow as their inputs become available. Returns every
     /// name produced in the scope, and whether all children succeeded.
     async fn scope(&self, steps: &[Step], deps: &[Vec<usize>], mut vars: Env, prefix: &str) -> (Env, bool) {
-        let n = steps.len();
         let mut front = Frontier::new(deps);
-        // Each child produces its names into `vars`: room for one each, as growing a map of
-        // 10,000 moved them all several times.
-        vars.reserve(n);
+        // Each child produces its names into `vars`: room for them, as growing a map of
+        // 10,000 moved them all several times. A resource makes only the returns that are
+        // read or typed (see `resource_returns`); a wide workflow's are often neither.
+        vars.reserve(steps.iter().map(produced_at_most).sum());
         let mut running = FuturesUnordered::new();
         // Children finished at their first poll since the scope last let others run.
         let mut at_once = 0;
@@ -500,6 +500,15 @@ impl Frontier {
                 self.ready.push(Reverse(j));
             }
         }
+    }
+}
+
+/// How many names `step` produces in its scope at most.
+fn produced_at_most(step: &Step) -> usize {
+    match &step.kind {
+        StepKind::Resource { .. } => step.returns.iter().filter(|r| r.wanted()).count(),
+        StepKind::Collection { .. } => 1,
+        _ => step.returns.len(),
     }
 }
 

@@ -1188,6 +1188,7 @@ steps:
     // `n` is the same value as `pw`, so it is masked too.
     assert_eq!(secret, ["called", "n", "pw"]);
 
+    // Checked though nothing reads it.
     let wrong = "steps:\n  a:\n    returns:\n      n: {alias: input, type: Integer}\n    resource: Test::Thing\n    value: {input: abc}\n";
     let r = f.run(wrong, json!({}), Mode::Apply);
     let a = step(&r, "a");
@@ -1199,6 +1200,99 @@ steps:
             .contains("return 'n' expects Integer, got String"),
         "{a:?}"
     );
+}
+
+#[test]
+fn only_returns_that_are_read_or_typed_are_made() {
+    let yaml = "
+returns: [out]
+steps:
+  a:
+    returns: {x: echo, unused: input}
+    resource: Test::Thing
+    value: {input: one}
+  b:
+    returns: {out: echo, spare: echo}
+    resource: Test::Thing
+    value: {input: $x}
+";
+    let mut sources = Sources::default();
+    let f = Fixture::new();
+    let prog = load(yaml, &f.providers, &mut sources);
+    let StepKind::Workflow { steps, .. } = &prog.main.root.kind else {
+        panic!("a workflow")
+    };
+    let read = |s: &Step| s.returns.iter().map(|r| (r.name.clone(), r.read)).collect::<Vec<_>>();
+    // `x` is read by `b`, `out` by the workflow's returns; nothing reads the others.
+    assert_eq!(read(&steps[0]), [("x".into(), true), ("unused".into(), false)]);
+    assert_eq!(read(&steps[1]), [("out".into(), true), ("spare".into(), false)]);
+    // The workflow's own returns are taken whole by whoever runs it.
+    assert!(prog.main.root.returns.iter().all(|r| r.read));
+    for mode in [Mode::Apply, Mode::Plan] {
+        let r = f.run(yaml, json!({}), mode);
+        assert_eq!(r.outcome, Outcome::Succeeded, "{mode:?}: {r:?}");
+        assert_eq!(r.returns.get("out"), Some(&json!("one")), "{mode:?}: {r:?}");
+    }
+}
+
+/// `Slow::Thing`: each read takes a while, and the most reads under way at once is kept.
+#[derive(Default)]
+struct Slow {
+    reading: Mutex<(usize, usize)>,
+}
+
+#[async_trait]
+impl Provider for Slow {
+    fn schemas(&self) -> Vec<ResourceSchema> {
+        vec![ResourceSchema::new(
+            "Slow::Thing",
+            vec![AttributeSchema::new("input", Type::Any)],
+        )]
+    }
+    async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
+        Ok(Created {
+            external_id: cx.step_id.to_owned(),
+            actual: desired.clone(),
+        })
+    }
+    async fn read(&self, _: &OpContext<'_>, _: &str, prior: Option<&Map>) -> Result<Option<Map>, ProviderError> {
+        {
+            let mut r = self.reading.lock().unwrap();
+            r.0 += 1;
+            r.1 = r.1.max(r.0);
+        }
+        ThreadTimer.sleep(Duration::from_millis(20)).await;
+        self.reading.lock().unwrap().0 -= 1;
+        Ok(prior.cloned())
+    }
+    async fn update(&self, _: &OpContext<'_>, _: &str, desired: &Map, _: &Map) -> Result<Map, ProviderError> {
+        Ok(desired.clone())
+    }
+    async fn delete(&self, _: &OpContext<'_>, _: &str, _: &Map) -> Result<(), ProviderError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_plan_that_reads_its_resources_takes_a_slot_for_each() {
+    let slow = Arc::new(Slow::default());
+    let mut providers = Providers::new();
+    let dynp: Arc<dyn Provider> = slow.clone();
+    providers.register(&dynp);
+    let f = Fixture::new();
+    let yaml: String = std::iter::once("steps:\n".to_owned())
+        .chain((0..12).map(|i| format!("  s{i}:\n    resource: Slow::Thing\n    value: {{input: {i}}}\n")))
+        .collect();
+    let mut sources = Sources::default();
+    let prog = load(&yaml, &providers, &mut sources);
+    let engine = engine_for(&providers, &f.store, &f.observed, &sources, &f.cancel);
+    let applied = block_on(engine.apply(&prog, "d", &Map::new(), "test")).unwrap();
+    assert_eq!(applied.outcome, Outcome::Succeeded, "{applied:?}");
+    let planned = block_on(engine.plan(&prog, "d", &Map::new())).unwrap();
+    assert_eq!(planned.counts.unchanged, 12, "{planned:?}");
+    // Twelve reads, overlapping, but never more than the engine's 4 at once.
+    let most = slow.reading.lock().unwrap().1;
+    assert!((2..=4).contains(&most), "{most} reads at once");
 }
 
 /// Runs `main` (which may call `lib`, whose text is given) with `data`.
