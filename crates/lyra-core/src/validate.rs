@@ -648,13 +648,14 @@ impl Cx<'_> {
         read.extend(child_inputs.iter().flatten().map(|(n, _)| n.as_str()));
         for r in returns {
             match &r.source {
-                ReturnSource::Same => read.insert(&r.name),
-                ReturnSource::Alias(a) => read.insert(a),
-                ReturnSource::Value(e) => {
-                    read.extend(e.refs().into_iter().map(|x| x.name.as_str()));
-                    true
+                ReturnSource::Same => {
+                    read.insert(&r.name);
                 }
-            };
+                ReturnSource::Alias(a) => {
+                    read.insert(a);
+                }
+                ReturnSource::Value(e) => read.extend(e.refs().into_iter().map(|x| x.name.as_str())),
+            }
         }
         for child in steps.iter_mut() {
             for r in &mut child.returns {
