@@ -231,9 +231,6 @@ pub fn plan_text(r: &Report) -> String {
     anstream::adapter::strip_str(&plan_coloured(r)).to_string()
 }
 
-/// A plan, Terraform-style: one block per resource that changes, each step that failed or
-/// was skipped with why, then a summary line. Its marks are coloured; `print` strips the
-/// colours where they do not belong.
 /// Whether a step has nothing to show in a plan: unchanged, read or guarded off, and neither
 /// failed nor skipped.
 fn quiet(s: &StepReport) -> bool {
@@ -241,6 +238,9 @@ fn quiet(s: &StepReport) -> bool {
         && (matches!(s.action, Action::Noop | Action::Read) || s.status == Status::GuardedOff)
 }
 
+/// A plan, Terraform-style: one block per resource that changes, each step that failed or
+/// was skipped with why, then a summary line. Its marks are coloured; `print` strips the
+/// colours where they do not belong.
 pub fn plan_coloured(r: &Report) -> String {
     let mut out = String::new();
     // Sorted once the unchanged are left out (the match below skips them): a no-change plan
