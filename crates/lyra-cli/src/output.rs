@@ -243,8 +243,7 @@ fn quiet(s: &StepReport) -> bool {
 /// colours where they do not belong.
 pub fn plan_coloured(r: &Report) -> String {
     let mut out = String::new();
-    // Sorted once the unchanged are left out (the match below skips them): a no-change plan
-    // of 10,000 steps shows none.
+    // The unchanged are left out before sorting: a no-change plan of 10,000 steps shows none.
     let mut steps: Vec<&StepReport> = r.steps.iter().filter(|s| !quiet(s)).collect();
     steps.sort_by(|a, b| a.id.cmp(&b.id));
     for s in steps {
@@ -261,7 +260,6 @@ pub fn plan_coloured(r: &Report) -> String {
                 .ok();
                 continue;
             }
-            (Action::Noop | Action::Read, _) | (_, Status::GuardedOff) => continue,
             (Action::Group, _) => {
                 if let Some(e) = &s.error {
                     let _ = writeln!(out, "  ? {}: {e}", s.id);

@@ -135,6 +135,11 @@ impl ResourceSchema {
     pub fn is_secret(&self, name: &str) -> bool {
         self.attribute(name).is_some_and(AttributeSchema::is_secret)
     }
+
+    /// Whether any attribute is secret (most types have none).
+    pub fn has_secrets(&self) -> bool {
+        self.attributes.iter().any(AttributeSchema::is_secret)
+    }
 }
 
 /// The namespace of a type name: `Postgres` for `Postgres::Role`, the whole name when it has

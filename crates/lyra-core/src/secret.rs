@@ -87,7 +87,7 @@ impl Secrets {
     /// and those it lists as derived from secrets, when scalars ([`Secrets::add_derived`]).
     pub fn add_record(&mut self, rec: &ResourceRecord, schema: Option<&ResourceSchema>) {
         // Most records hold none: every record of a run is asked.
-        if rec.sensitive.is_empty() && schema.is_none_or(|s| !s.attributes.iter().any(|a| a.is_secret())) {
+        if rec.sensitive.is_empty() && !schema.is_some_and(ResourceSchema::has_secrets) {
             return;
         }
         for attr in record_secret_names(rec, schema) {

@@ -18,7 +18,7 @@ use crate::expr::{Expr, Var};
 use crate::model::{Attr, Controls, Step, StepKind};
 use crate::provider::{Lookup, OpContext, Provider, ProviderError, idempotency_key, legacy_idempotency_key};
 use crate::report::{Action, AttrChange, Mode, Status, StepReport};
-use crate::schema::{AttributeSchema, ResourceSchema};
+use crate::schema::ResourceSchema;
 use crate::state::{ResourceRecord, StoreError};
 use crate::value::{self, Map, Value, attr, too_deep};
 
@@ -611,7 +611,7 @@ impl Run<'_, '_> {
         // below, and looking was 8% of planning an unchanged step.
         if t.desired.tainted.is_empty()
             && t.prior.is_none_or(|p| p.sensitive.is_empty())
-            && !t.schema.attributes.iter().any(AttributeSchema::is_secret)
+            && !t.schema.has_secrets()
             && self.secrets.lock().expect("secrets lock").is_empty()
         {
             return BTreeSet::new();

@@ -120,7 +120,8 @@ pub(super) fn token_suffix() -> String {
 }
 
 /// Whether the holder named in `token` is a process this one can see that has ended: gone, a
-/// zombie, in its exit or killed, or its PID now another process's. `false` whenever that cannot be told.
+/// zombie, in its exit or killed, or its PID now another process's. `false` whenever that
+/// cannot be told.
 pub(super) fn has_ended(token: &str) -> bool {
     let Some(holder) = Process::parse(token) else {
         return false;
