@@ -391,7 +391,9 @@ pub trait Recorder: Send + Sync {
     /// Records the start of a run, creating the deployment if needed.
     async fn begin_run(&self, run: &RunStart) -> Result<RunId, StoreError>;
 
-    /// Inserts or replaces one resource record.
+    /// Inserts or replaces one resource record. One holding a value nested deeper than
+    /// [`crate::value::MAX_DEPTH`] is refused, and nothing written: what is recorded can be
+    /// read back, which the engine counts on.
     async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError>;
 
     /// Forgets one resource (after it was deleted).

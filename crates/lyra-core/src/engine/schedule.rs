@@ -81,7 +81,7 @@ impl Run<'_, '_> {
             // A resource is run in this future rather than in one `body` would box: one
             // allocation per step, not two.
             if let StepKind::Resource { .. } = &step.kind {
-                self.resource(step, local, id).await
+                self.resource(step, local, id, started).await
             } else {
                 self.body(step, local, id).await
             }
@@ -92,7 +92,7 @@ impl Run<'_, '_> {
     pub(super) fn body<'s>(&'s self, step: &'s Step, env: Env, id: String) -> BoxFuture<'s, Done> {
         Box::pin(async move {
             match &step.kind {
-                StepKind::Resource { .. } => self.resource(step, env, id).await,
+                StepKind::Resource { .. } => self.resource(step, env, id, Instant::now()).await,
                 StepKind::Workflow { steps, deps } => {
                     let started = Instant::now();
                     let (scope, ok) = self.scope(steps, deps, env, &id).await;
@@ -455,7 +455,11 @@ struct Frontier {
     dependents: Vec<Vec<usize>>,
     /// How many of each child's inputs are not settled yet.
     waiting: Vec<usize>,
-    /// The children ready to start, the one written first on top.
+    /// The children ready from the start, the one written last first: most of a wide
+    /// workflow's, taken from the end with no heap to keep in order (popping 10,000 from a
+    /// heap was 5% of planning them).
+    ready_at_start: Vec<usize>,
+    /// The children made ready since, the one written first on top.
     ready: BinaryHeap<Reverse<usize>>,
     /// Whether each child ended badly (failed or skipped).
     bad: Vec<bool>,
@@ -471,11 +475,12 @@ impl Frontier {
             }
         }
         let waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
-        let ready = (0..deps.len()).filter(|i| waiting[*i] == 0).map(Reverse).collect();
+        let ready_at_start = (0..deps.len()).rev().filter(|i| waiting[*i] == 0).collect();
         Frontier {
             dependents,
             waiting,
-            ready,
+            ready_at_start,
+            ready: BinaryHeap::new(),
             bad: vec![false; deps.len()],
             all_ok: true,
         }
@@ -485,7 +490,11 @@ impl Frontier {
     /// inputs allow (progress reads top to bottom, and the records a plan reads are visited
     /// in the order they were loaded).
     fn next(&mut self) -> Option<usize> {
-        self.ready.pop().map(|Reverse(i)| i)
+        match (self.ready_at_start.last(), self.ready.peek()) {
+            (Some(&first), Some(&Reverse(later))) if later < first => self.ready.pop().map(|Reverse(i)| i),
+            (Some(_), _) => self.ready_at_start.pop(),
+            (None, _) => self.ready.pop().map(|Reverse(i)| i),
+        }
     }
 
     /// Child `i` ended, well or not: its dependents may be ready.
@@ -547,5 +556,32 @@ fn undefined_returns(step: &Step) -> Env {
             .iter()
             .map(|r| (r.name.clone(), Val::known(Value::Null)))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Frontier;
+
+    /// Takes every child as `front` lets them, settling each at once: the order they start.
+    fn order(deps: &[Vec<usize>]) -> Vec<usize> {
+        let mut front = Frontier::new(deps);
+        let mut started = Vec::new();
+        while let Some(i) = front.next() {
+            started.push(i);
+            front.settle(i, true);
+        }
+        started
+    }
+
+    #[test]
+    fn children_start_in_written_order_as_their_inputs_allow() {
+        assert_eq!(order(&[vec![], vec![], vec![]]), [0, 1, 2]);
+        // 1 is made ready by 0 and comes before 2, ready from the start.
+        assert_eq!(order(&[vec![], vec![0], vec![]]), [0, 1, 2]);
+        // 4 is made ready by 0 but 2 and 3 were written first; 1 waits for 3.
+        assert_eq!(order(&[vec![], vec![3], vec![], vec![], vec![0]]), [0, 2, 3, 1, 4]);
+        // A chain written backwards.
+        assert_eq!(order(&[vec![1], vec![2], vec![]]), [2, 1, 0]);
     }
 }
