@@ -1235,19 +1235,38 @@ steps:
     }
 }
 
-/// `Slow::Thing`: each read takes a while, and the most reads under way at once is kept.
+/// `Slow::Thing` and `Slow::Kept`: each read or lookup takes a while, and the most under way
+/// at once is kept.
 #[derive(Default)]
 struct Slow {
     reading: Mutex<(usize, usize)>,
 }
 
+impl Slow {
+    /// Waits a while as one of the calls counted in `reading` (running now, most at once).
+    async fn call(&self) {
+        {
+            let mut r = self.reading.lock().unwrap();
+            r.0 += 1;
+            r.1 = r.1.max(r.0);
+        }
+        ThreadTimer.sleep(Duration::from_millis(20)).await;
+        self.reading.lock().unwrap().0 -= 1;
+    }
+
+    fn most_at_once(&self) -> usize {
+        self.reading.lock().unwrap().1
+    }
+}
+
 #[async_trait]
 impl Provider for Slow {
     fn schemas(&self) -> Vec<ResourceSchema> {
-        vec![ResourceSchema::new(
-            "Slow::Thing",
-            vec![AttributeSchema::new("input", Type::Any)],
-        )]
+        // `Kept` is read from its record: only a create in doubt calls the provider.
+        vec![
+            ResourceSchema::new("Slow::Thing", vec![AttributeSchema::new("input", Type::Any)]),
+            ResourceSchema::new("Slow::Kept", vec![AttributeSchema::new("input", Type::Any)]).read_is_record(),
+        ]
     }
     async fn create(&self, cx: &OpContext<'_>, desired: &Map) -> Result<Created, ProviderError> {
         Ok(Created {
@@ -1256,14 +1275,12 @@ impl Provider for Slow {
         })
     }
     async fn read(&self, _: &OpContext<'_>, _: &str, prior: Option<&Map>) -> Result<Option<Map>, ProviderError> {
-        {
-            let mut r = self.reading.lock().unwrap();
-            r.0 += 1;
-            r.1 = r.1.max(r.0);
-        }
-        ThreadTimer.sleep(Duration::from_millis(20)).await;
-        self.reading.lock().unwrap().0 -= 1;
+        self.call().await;
         Ok(prior.cloned())
+    }
+    async fn lookup(&self, _: &OpContext<'_>, _: &Map) -> Result<Lookup, ProviderError> {
+        self.call().await;
+        Ok(Lookup::Absent)
     }
     async fn update(&self, _: &OpContext<'_>, _: &str, desired: &Map, _: &Map) -> Result<Map, ProviderError> {
         Ok(desired.clone())
@@ -1274,25 +1291,45 @@ impl Provider for Slow {
 }
 
 #[test]
-fn a_plan_that_reads_its_resources_takes_a_slot_for_each() {
+fn a_plan_takes_a_slot_for_each_read_and_lookup() {
     let slow = Arc::new(Slow::default());
     let mut providers = Providers::new();
     let dynp: Arc<dyn Provider> = slow.clone();
     providers.register(&dynp);
     let f = Fixture::new();
-    let yaml: String = std::iter::once("steps:\n".to_owned())
-        .chain((0..12).map(|i| format!("  s{i}:\n    resource: Slow::Thing\n    value: {{input: {i}}}\n")))
-        .collect();
+    let twelve = |type_name: &str| -> String {
+        std::iter::once("steps:\n".to_owned())
+            .chain((0..12).map(|i| format!("  s{i}:\n    resource: {type_name}\n    value: {{input: {i}}}\n")))
+            .collect()
+    };
     let mut sources = Sources::default();
-    let prog = load(&yaml, &providers, &mut sources);
+    let prog = load(&twelve("Slow::Thing"), &providers, &mut sources);
     let engine = engine_for(&providers, &f.store, &f.observed, &sources, &f.cancel);
     let applied = block_on(engine.apply(&prog, "d", &Map::new(), "test")).unwrap();
     assert_eq!(applied.outcome, Outcome::Succeeded, "{applied:?}");
     let planned = block_on(engine.plan(&prog, "d", &Map::new())).unwrap();
     assert_eq!(planned.counts.unchanged, 12, "{planned:?}");
     // Twelve reads, overlapping, but never more than the engine's 4 at once.
-    let most = slow.reading.lock().unwrap().1;
+    let most = slow.most_at_once();
     assert!((2..=4).contains(&most), "{most} reads at once");
+
+    // Twelve creates in doubt of a type read from its record: a plan asks the provider about
+    // each, under the same bound.
+    let mut sources = Sources::default();
+    let prog = load(&twelve("Slow::Kept"), &providers, &mut sources);
+    let engine = engine_for(&providers, &f.store, &f.observed, &sources, &f.cancel);
+    let applied = block_on(engine.apply(&prog, "k", &Map::new(), "test")).unwrap();
+    assert_eq!(applied.outcome, Outcome::Succeeded, "{applied:?}");
+    for i in 0..12 {
+        let desired: Map = [("input".to_owned(), json!(i))].into_iter().collect();
+        let intent = ResourceRecord::intent(&format!("s{i}"), "Slow::Kept", desired, vec![], format!("key-{i}"));
+        block_on(crate::state::Recorder::put_resource(&f.store, "k", &intent)).unwrap();
+    }
+    *slow.reading.lock().unwrap() = (0, 0);
+    let planned = block_on(engine.plan(&prog, "k", &Map::new())).unwrap();
+    assert_eq!(planned.counts.created, 12, "none was found: {planned:?}");
+    let most = slow.most_at_once();
+    assert!((2..=4).contains(&most), "{most} lookups at once");
 }
 
 /// Runs `main` (which may call `lib`, whose text is given) with `data`.
