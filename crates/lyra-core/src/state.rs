@@ -393,7 +393,7 @@ pub trait Recorder: Send + Sync {
 
     /// Inserts or replaces one resource record. One holding a value nested deeper than
     /// [`crate::value::MAX_DEPTH`] is refused, and nothing written: what is recorded can be
-    /// read back, which the engine counts on.
+    /// read back.
     async fn put_resource(&self, deployment: &str, record: &ResourceRecord) -> Result<(), StoreError>;
 
     /// Forgets one resource (after it was deleted).

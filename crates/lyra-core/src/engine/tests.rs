@@ -1079,6 +1079,33 @@ fn values_too_deep_to_store_fail_their_step() {
     );
 }
 
+/// A record holding a value too deep to store (a state edited by hand: no store writes one)
+/// of a type read as its record fails its step in a plan as in the apply, which would record
+/// it again.
+#[test]
+fn a_recorded_value_too_deep_fails_plan_and_apply_alike() {
+    let f = Fixture::new();
+    let yaml = "steps:\n  a:\n    resource: Test::Recorded\n    value: {input: 1}\n";
+    assert_eq!(f.run(yaml, json!({}), Mode::Apply).outcome, Outcome::Succeeded);
+    let mut deep = json!(1);
+    for _ in 0..=crate::value::MAX_DEPTH {
+        deep = json!([deep]);
+    }
+    for r in &mut f.store.deployments.lock().unwrap().get_mut("d").unwrap().resources {
+        r.actual.insert("deep".to_owned(), deep.clone());
+    }
+    for mode in [Mode::Plan, Mode::Apply] {
+        let r = f.run(yaml, json!({}), mode);
+        let a = step(&r, "a");
+        assert_eq!(a.status, Status::Failed, "{mode:?}: {r:?}");
+        let err = a.error.as_deref().unwrap();
+        assert!(
+            err.contains("attribute 'deep' nests more than 64 levels"),
+            "{mode:?}: {err}"
+        );
+    }
+}
+
 /// A deployment with a record the store cannot read is neither planned, applied nor
 /// deleted: the error names the record and the way out.
 #[test]
